@@ -1,0 +1,54 @@
+"""aisio: AIStore for PyTorch — TorchData DataPipes that list, stream and parse shards from AIStore.
+
+Example:
+    >>> import aisio                                                        # doctest: +SKIP
+    >>> urls = aisio.AISSourceLister("ais://bucket/shard-{000..099}.tar")   # doctest: +SKIP
+"""
+
+from aisio._config import AISConfig
+from aisio._datapipes import AISFileLister, AISFileLoader, AISSourceLister, WebDatasetParser
+from aisio._decode import Decoder, to_tuple
+from aisio._errors import (
+    AISConnectionError,
+    AISIOError,
+    AISRequestError,
+    BucketNotFoundError,
+    ConfigError,
+    DecodeError,
+    ETLNotFoundError,
+    ETLUnavailableError,
+    InvalidURLError,
+    ObjectChangedError,
+    ObjectNotFoundError,
+    PlaygroundError,
+    ShardFormatError,
+)
+from aisio._playground import Playground
+from aisio._urls import ETL
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AISConfig",
+    "AISConnectionError",
+    "AISFileLister",
+    "AISFileLoader",
+    "AISIOError",
+    "AISRequestError",
+    "AISSourceLister",
+    "BucketNotFoundError",
+    "ConfigError",
+    "DecodeError",
+    "Decoder",
+    "ETL",
+    "ETLNotFoundError",
+    "ETLUnavailableError",
+    "InvalidURLError",
+    "ObjectChangedError",
+    "ObjectNotFoundError",
+    "Playground",
+    "PlaygroundError",
+    "ShardFormatError",
+    "WebDatasetParser",
+    "to_tuple",
+]

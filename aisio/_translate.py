@@ -1,0 +1,133 @@
+"""The one place where errors from the layers below (HTTP answers, requests/urllib3, the aistore
+SDK) become aisio's typed errors. Nothing else in aisio builds an error from a status code."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import requests
+import urllib3.exceptions
+
+from aisio._errors import (
+    AISConnectionError,
+    AISIOError,
+    AISRequestError,
+    BucketNotFoundError,
+    ETLNotFoundError,
+    ETLUnavailableError,
+    ObjectNotFoundError,
+)
+
+#: Statuses worth retrying: busy, rate-limited, and server errors other than "not implemented".
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+#: Low-level exceptions that mean the connection failed or broke (worth a retry or a resume).
+TRANSIENT_EXCEPTIONS: tuple[type[BaseException], ...] = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+    urllib3.exceptions.ProtocolError,
+    urllib3.exceptions.ReadTimeoutError,
+    urllib3.exceptions.IncompleteRead,
+    ConnectionError,
+    TimeoutError,
+)
+
+
+def _server_message(body: str | bytes | None) -> tuple[str, str]:
+    """Returns (tcode, message) from an AIStore JSON error body, or ("", raw text)."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    body = (body or "").strip()
+    try:
+        info: Any = json.loads(body)
+    except ValueError:
+        return "", body[:300]
+    if isinstance(info, dict):
+        return str(info.get("tcode", "")), str(info.get("message", ""))[:500]
+    return "", body[:300]
+
+
+def error_from_status(
+    status: int,
+    body: str | bytes | None,
+    *,
+    url: str,
+    what: str,
+    etl: str | None = None,
+) -> AISIOError:
+    """Returns the typed error for an HTTP error answer.
+
+    Args:
+        status: the HTTP status.
+        body: the answer's body (or the ``Hdr-Error`` header of a HEAD).
+        url: the AIS name or URL the request was about (named in the message).
+        what: a short phrase for the operation, e.g. "reading", "listing".
+        etl: the ETL the request named, if any.
+    """
+    tcode, server = _server_message(body)
+    said = f" (server: {server})" if server else ""
+    if etl is not None and status == 501:
+        return ETLUnavailableError(
+            f"ETL {etl!r} cannot be applied to {url}: this AIStore cluster is built without ETL "
+            "support (HTTP 501); use a cluster deployed on Kubernetes with ETL, or drop etl=",
+            url=url,
+            status=status,
+        )
+    if status == 404:
+        if tcode == "ErrBckNotFound":
+            return BucketNotFoundError(
+                f"bucket of {url} does not exist{said}; create it or check the name and provider",
+                url=url,
+                status=status,
+            )
+        if etl is not None and tcode != "ErrNotFound" and etl in server:
+            return ETLNotFoundError(
+                f"ETL {etl!r} is not running on the cluster, so {url} cannot be read through it"
+                f"{said}; start it (`ais etl init ...`) or check its name",
+                url=url,
+                status=status,
+            )
+        return ObjectNotFoundError(
+            f"object {url} does not exist{said}; check the name, or list the bucket to see "
+            "what is there",
+            url=url,
+            status=status,
+            missing=(url,),
+        )
+    if status in (401, 403):
+        return AISRequestError(
+            f"{what} {url} was refused (HTTP {status}){said}: the cluster requires "
+            "authentication; pass AISConfig(token=...) or set AIS_AUTHN_TOKEN",
+            url=url,
+            status=status,
+        )
+    hint = "retries ran out; the cluster is busy or failing" if status in RETRY_STATUSES else (
+        "the request was rejected"
+    )
+    return AISRequestError(
+        f"{what} {url} failed with HTTP {status}{said}: {hint}", url=url, status=status
+    )
+
+
+def error_from_exception(exc: BaseException, *, url: str, what: str) -> AISIOError:
+    """Returns the typed error for an exception raised below aisio (requests, urllib3, SDK)."""
+    if isinstance(exc, AISIOError):
+        return exc
+    if isinstance(exc, requests.exceptions.SSLError):
+        return AISConnectionError(
+            f"TLS verification failed while {what} {url} ({exc}); pass "
+            "AISConfig(ca_cert='ca.pem') or set AIS_CLIENT_CA (skip_verify=True only for tests)",
+            url=url,
+        )
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):  # aistore SDK errors (AISError and subclasses) carry the status
+        return error_from_status(status, str(getattr(exc, "message", exc)), url=url, what=what)
+    if isinstance(exc, TRANSIENT_EXCEPTIONS):
+        return AISConnectionError(
+            f"connection failed while {what} {url} ({type(exc).__name__}: {exc}) and retries "
+            "ran out; check that the cluster is up (`aisio playground status`) and AIS_ENDPOINT",
+            url=url,
+        )
+    return AISRequestError(f"{what} {url} failed: {type(exc).__name__}: {exc}", url=url)
