@@ -1,0 +1,5 @@
+import sys
+
+from aisio._cli import main
+
+sys.exit(main())

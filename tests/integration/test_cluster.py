@@ -1,0 +1,39 @@
+"""Smoke tests of the real AIStore node that the session fixture runs."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+
+from aisio import BucketNotFoundError, ObjectNotFoundError
+from aisio._client import Client
+from aisio._urls import AISPath, Bucket
+
+
+def test_cluster_is_ready(ais_endpoint: str) -> None:
+    with urllib.request.urlopen(f"{ais_endpoint}/v1/health?prr=true", timeout=5) as resp:
+        assert resp.status == 200
+
+
+def test_put_list_get_range(ais_client: Client, bucket: Bucket) -> None:
+    for i in range(25):
+        ais_client.put_object(AISPath(bucket, f"dir/obj-{i:03d}"), f"payload-{i}".encode())
+    ais_client.put_object(AISPath(bucket, "other"), b"x")
+    pages = list(ais_client.list_pages(bucket, "dir/", page_size=10))
+    assert len(pages) == 3
+    names = [e["name"] for page in pages for e in page]
+    assert names == [f"dir/obj-{i:03d}" for i in range(25)]
+    assert ais_client.get_bytes(AISPath(bucket, "dir/obj-007")) == b"payload-7"
+    assert ais_client.get_bytes(AISPath(bucket, "dir/obj-007"), byte_range=(2, 4)) == b"ylo"
+    assert ais_client.head_object(AISPath(bucket, "dir/obj-007"))["size"] == "9"
+
+
+def test_missing_bucket_and_object_are_404(ais_client: Client, bucket: Bucket) -> None:
+    with pytest.raises(BucketNotFoundError) as info:
+        list(ais_client.list_objects(Bucket("aisio-no-such-bucket")))
+    assert info.value.status == 404
+    with pytest.raises(ObjectNotFoundError) as info2:
+        ais_client.get_bytes(AISPath(bucket, "nope"))
+    assert info2.value.status == 404
+    assert "nope" in str(info2.value)
