@@ -1,0 +1,326 @@
+"""A small, fast AIStore REST client over ``requests``: one pooled session per process.
+
+Why not the SDK for the data path: aisio needs control that the SDK does not give — redirects
+followed by hand (so the auth token reaches the target, and a PUT body is sent once), retries with
+backoff on exactly the transient failures, and byte-exact resume of a broken object stream.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import random
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from typing import IO, Any
+from urllib.parse import urljoin
+
+import requests
+from requests.adapters import HTTPAdapter
+
+from aisio._config import AISConfig
+from aisio._errors import AISConnectionError, AISIOError, ObjectChangedError
+from aisio._translate import (
+    RETRY_STATUSES,
+    TRANSIENT_EXCEPTIONS,
+    error_from_exception,
+    error_from_status,
+)
+from aisio._urls import ETL, AISPath, Bucket, bucket_url, object_url
+
+log = logging.getLogger("aisio")
+
+_REDIRECTS = (301, 302, 303, 307, 308)
+_MAX_HOPS = 5
+
+
+class Client:
+    """Talks to one AIStore cluster; create it with :func:`client_for` (one per process)."""
+
+    def __init__(self, config: AISConfig) -> None:
+        self.config = config
+        self.endpoint = config.require_endpoint()
+        self._local = threading.local()
+
+    # ---- transport -------------------------------------------------------------------------
+    @property
+    def session(self) -> requests.Session:
+        """Returns this thread's pooled session (sessions are not shared across threads)."""
+        session: requests.Session | None = getattr(self._local, "session", None)
+        if session is None:
+            session = self._new_session()
+            self._local.session = session
+        return session
+
+    def _new_session(self) -> requests.Session:
+        cfg = self.config
+        session = requests.Session()
+        adapter = HTTPAdapter(pool_connections=8, pool_maxsize=cfg.max_pool_size, max_retries=0)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        session.trust_env = False  # no proxies or netrc from the environment: explicit config only
+        if cfg.skip_verify:
+            session.verify = False
+            warnings.warn(
+                f"TLS certificate verification is off for {self.endpoint} (skip_verify=True)",
+                stacklevel=3,
+            )
+            import urllib3
+
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        elif cfg.ca_cert:
+            session.verify = cfg.ca_cert
+        if cfg.client_cert:
+            session.cert = (cfg.client_cert, cfg.client_key) if cfg.client_key else cfg.client_cert
+        if cfg.token:
+            session.headers["Authorization"] = f"Bearer {cfg.token}"
+        return session
+
+    def _delay(self, attempt: int) -> float:
+        cap = min(self.config.backoff_max, self.config.backoff * (2**attempt))
+        return random.uniform(0, cap)
+
+    def _send(self, method: str, url: str, *, data: Any = None, **kw: Any) -> requests.Response:
+        """Sends one request, following AIStore's proxy->target redirects by hand.
+
+        A PUT first goes to the proxy with an empty body; the body is sent once, to the target.
+        Headers (the auth token among them) are kept on every hop, unlike requests' own redirects.
+        """
+        timeout = (self.config.connect_timeout, self.config.read_timeout)
+        body = b"" if (method == "PUT" and data is not None) else data
+        for _ in range(_MAX_HOPS):
+            resp = self.session.request(
+                method, url, data=body, allow_redirects=False, timeout=timeout, **kw
+            )
+            location = resp.headers.get("Location")
+            if resp.status_code not in _REDIRECTS or not location:
+                return resp
+            resp.close()
+            url = urljoin(url, location)
+            body = data
+            if hasattr(data, "seek"):
+                data.seek(0)
+        raise AISConnectionError(f"too many redirects for {url}", url=url)
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        name: str,
+        what: str,
+        etl: ETL | None = None,
+        ok: tuple[int, ...] = (200,),
+        **kw: Any,
+    ) -> requests.Response:
+        """Returns the response of a request, retrying transient failures; raises typed errors.
+
+        Args:
+            method: HTTP method.
+            url: the full URL.
+            name: the AIS name (or URL) to put in messages.
+            what: the operation for messages ("reading", "listing", ...).
+            etl: the ETL the request names (for ETL-specific errors).
+            ok: statuses that count as success.
+            **kw: passed to ``requests`` (``json``, ``data``, ``headers``, ``stream``, ...).
+        """
+        retries = self.config.max_retries
+        for attempt in range(retries + 1):
+            try:
+                resp = self._send(method, url, **kw)
+            except TRANSIENT_EXCEPTIONS as exc:
+                if attempt == retries:
+                    raise error_from_exception(exc, url=name, what=what) from exc
+                log.debug("aisio: retry %d/%d %s %s: %r", attempt + 1, retries, method, name, exc)
+                time.sleep(self._delay(attempt))
+                continue
+            except AISIOError:
+                raise
+            except Exception as exc:
+                raise error_from_exception(exc, url=name, what=what) from exc
+            if resp.status_code in ok:
+                return resp
+            body = resp.headers.get("Hdr-Error") or resp.content
+            resp.close()
+            if resp.status_code in RETRY_STATUSES and attempt < retries:
+                log.debug("aisio: retry %d/%d %s %s: HTTP %d", attempt + 1, retries, method, name,
+                          resp.status_code)
+                time.sleep(self._delay(attempt))
+                continue
+            raise error_from_status(resp.status_code, body, url=name, what=what,
+                                    etl=etl.name if etl else None)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # ---- buckets ---------------------------------------------------------------------------
+    def create_bucket(self, bucket: Bucket, *, exist_ok: bool = False) -> None:
+        """Creates an ``ais://`` bucket (``exist_ok`` tolerates an existing one)."""
+        ok = (200, 409) if exist_ok else (200,)
+        self.request("POST", bucket_url(self.endpoint, bucket), name=bucket.uri(),
+                     what="creating bucket", json={"action": "create-bck"}, ok=ok).close()
+
+    def destroy_bucket(self, bucket: Bucket, *, missing_ok: bool = True) -> None:
+        """Destroys a bucket and everything in it."""
+        ok = (200, 404) if missing_ok else (200,)
+        self.request("DELETE", bucket_url(self.endpoint, bucket), name=bucket.uri(),
+                     what="destroying bucket", json={"action": "destroy-bck"}, ok=ok).close()
+
+    def list_pages(
+        self, bucket: Bucket, prefix: str = "", *, props: str = "name", page_size: int | None = None
+    ) -> Iterator[list[dict[str, Any]]]:
+        """Yields the listing of ``prefix`` page by page, until the server says it was the last."""
+        size = self.config.page_size if page_size is None else page_size
+        value: dict[str, Any] = {"prefix": prefix, "props": props, "pagesize": size}
+        url = bucket_url(self.endpoint, bucket)
+        name = bucket.uri(prefix)
+        while True:
+            resp = self.request("GET", url, name=name, what="listing",
+                                json={"action": "list", "value": value})
+            page = resp.json()
+            yield page.get("entries") or []
+            token = page.get("continuation_token") or ""
+            if not token:
+                return
+            value["uuid"] = page.get("uuid", "")
+            value["continuation_token"] = token
+
+    def list_objects(
+        self, bucket: Bucket, prefix: str = "", *, props: str = "name", page_size: int | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Yields every object entry under ``prefix``, across all pages."""
+        for page in self.list_pages(bucket, prefix, props=props, page_size=page_size):
+            yield from page
+
+    # ---- objects ---------------------------------------------------------------------------
+    def put_object(self, path: AISPath, data: bytes | IO[bytes]) -> None:
+        """Writes one object (bytes or a file opened in binary mode)."""
+        self.request("PUT", object_url(self.endpoint, path), name=path.uri(), what="writing",
+                     data=data).close()
+
+    def head_object(self, path: AISPath) -> dict[str, str]:
+        """Returns the object's ``Ais-*`` properties (size, version, checksum, ...)."""
+        resp = self.request("HEAD", object_url(self.endpoint, path), name=path.uri(),
+                            what="checking")
+        resp.close()
+        props = {k[4:].lower(): v for k, v in resp.headers.items() if k.lower().startswith("ais-")}
+        props.setdefault("size", resp.headers.get("Content-Length", ""))
+        return props
+
+    def get_bytes(self, path: AISPath, *, etl: ETL | None = None,
+                  byte_range: tuple[int, int] | None = None) -> bytes:
+        """Returns an object's bytes (or the inclusive ``byte_range``) read whole."""
+        headers = {"Range": f"bytes={byte_range[0]}-{byte_range[1]}"} if byte_range else None
+        resp = self.request("GET", object_url(self.endpoint, path, etl), name=path.uri(),
+                            what="reading", etl=etl, headers=headers, ok=(200, 206))
+        return resp.content
+
+    def open(self, url: str, *, name: str, etl: ETL | None = None) -> ObjectReader:
+        """Returns a resumable binary stream over the object at GET ``url``."""
+        return ObjectReader(self, url, name=name, etl=etl)
+
+
+class ObjectReader(io.RawIOBase):
+    """A binary stream over one object that survives broken connections.
+
+    If the connection drops mid-body, the reader reopens the object with
+    ``Range: bytes=<position>-`` and carries on, so the bytes it returns are exactly the object's:
+    none lost, none repeated. If the object changed in between (version, checksum or size), it
+    raises :class:`ObjectChangedError` rather than splice two versions.
+    """
+
+    def __init__(self, client: Client, url: str, *, name: str, etl: ETL | None = None) -> None:
+        super().__init__()
+        self.client = client
+        self.url = url
+        self.name = name
+        self.etl = etl
+        self.pos = 0
+        self.size: int | None = None
+        self._identity: tuple[str | None, str | None, int | None] | None = None
+        self._resp: requests.Response | None = None
+        self.resumes = 0
+        self._open()
+
+    def _open(self) -> None:
+        headers = {"Range": f"bytes={self.pos}-"} if self.pos else None
+        resp = self.client.request("GET", self.url, name=self.name, what="reading", etl=self.etl,
+                                   headers=headers, stream=True, ok=(200, 206))
+        size = _total_size(resp)
+        identity = (resp.headers.get("Ais-Version"), resp.headers.get("Ais-Checksum-Value"), size)
+        if self._identity is None:
+            self._identity, self.size = identity, size
+        elif identity != self._identity or (self.pos and resp.status_code != 206):
+            resp.close()
+            raise ObjectChangedError(
+                f"object {self.name} changed while it was being read (version, checksum, size "
+                f"{self._identity} -> {identity}); read it again from the start",
+                url=self.name,
+            )
+        self._resp = resp
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        """Returns up to ``size`` bytes (all the rest for -1); ``b""`` only at the end."""
+        failures = 0
+        while True:
+            if self._resp is None:
+                if self.closed:
+                    raise ValueError(f"read from closed stream of {self.name}")
+                self._open()
+            assert self._resp is not None
+            try:
+                chunk: bytes = self._resp.raw.read(None if size < 0 else size)
+                if not chunk and self.size is not None and self.pos < self.size:
+                    raise ConnectionError(f"stream ended at byte {self.pos} of {self.size}")
+            except TRANSIENT_EXCEPTIONS as exc:
+                failures += 1
+                self._drop()
+                if failures > self.client.config.max_retries:
+                    raise error_from_exception(exc, url=self.name, what="reading") from exc
+                log.debug("aisio: resuming %s at byte %d after %r", self.name, self.pos, exc)
+                self.resumes += 1
+                time.sleep(self.client._delay(failures - 1))
+                continue
+            self.pos += len(chunk)
+            return chunk
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def _drop(self) -> None:
+        if self._resp is not None:
+            self._resp.close()
+            self._resp = None
+
+    def close(self) -> None:
+        self._drop()
+        super().close()
+
+
+def _total_size(resp: requests.Response) -> int | None:
+    content_range = resp.headers.get("Content-Range", "")
+    if "/" in content_range and not content_range.endswith("/*"):
+        return int(content_range.rsplit("/", 1)[1])
+    length = resp.headers.get("Content-Length")
+    return int(length) if length is not None and resp.status_code == 200 else None
+
+
+_CLIENTS: dict[tuple[int, AISConfig], Client] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def client_for(config: AISConfig) -> Client:
+    """Returns this process's client for ``config``, creating it on first use (fork-safe)."""
+    key = (os.getpid(), config)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = _CLIENTS[key] = Client(config)
+        return client
+

@@ -1,0 +1,286 @@
+"""Tests for aisio._samples: WebDataset grouping, checked against the webdataset library."""
+
+from __future__ import annotations
+
+import inspect
+import io
+import random
+import re
+import tarfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aisio._errors import ShardFormatError
+from aisio._samples import NO_OFFSET, group_samples, group_samples_with_end, split_key
+from aisio._tar import iter_tar
+
+wds = pytest.importorskip("webdataset")
+from webdataset import tariterators  # noqa: E402
+
+URL = "ais://bucket/shard-000.tar"
+
+
+def write_tarfile(path: Path, members: Iterable[tuple[str, bytes] | str], fmt: int) -> None:
+    """Writes ``members`` ((name, data) files, or directory names) to a tar at ``path``."""
+    with tarfile.open(path, "w", format=fmt) as tar:
+        for member in members:
+            if isinstance(member, str):
+                info = tarfile.TarInfo(member)
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+                continue
+            name, data = member
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def webdataset_samples(path: Path) -> list[dict[str, Any]]:
+    """Returns the samples the webdataset library reads from the shard at ``path``."""
+    with open(path, "rb") as stream:
+        files = tariterators.tar_file_expander([{"url": URL, "stream": stream}])
+        return list(tariterators.group_by_keys(files))
+
+
+def aisio_samples(path: Path, bufsize: int = 1 << 20) -> list[dict[str, Any]]:
+    with open(path, "rb", buffering=0) as stream:
+        return list(group_samples(iter_tar(stream, url=URL, bufsize=bufsize), url=URL))
+
+
+def fields(sample: dict[str, Any]) -> dict[str, Any]:
+    """Returns the parts of a sample that matter: the key and the data fields."""
+    return {k: v for k, v in sample.items() if k == "__key__" or not k.startswith("__")}
+
+
+def assert_same_as_webdataset(path: Path, bufsize: int = 1 << 20) -> list[dict[str, Any]]:
+    ours = aisio_samples(path, bufsize)
+    theirs = webdataset_samples(path)
+    assert [fields(s) for s in ours] == [fields(s) for s in theirs]
+    assert all(s["__url__"] == URL for s in ours)
+    assert all(set(s) - set(fields(s)) == {"__url__"} for s in ours)
+    return ours
+
+
+BLOB = random.Random(7).randbytes(200_000)
+
+TRICKY: list[tuple[str, bytes] | str] = [
+    ("__index__", b"meta at the top level"),
+    ("__meta__/info.json", b"{}"),
+    "train",
+    "train/a.b",
+    ("train/a.b/c.d.jpg", b"dotted dirs"),
+    ("train/a.b/c.d.cls", b"1"),
+    ("train/a.b/c.seg.PNG", b"upper-case suffix"),
+    ("train/a.b/c.JSON", b"[1]"),
+    ("train/" + "k" * 130 + ".jpg", b"long name"),
+    ("train/" + "k" * 130 + ".txt", b""),
+    ("ünïcødé/ファイル.jpg", b"unicode"),
+    ("ünïcødé/ファイル.txt", b"more unicode"),
+    ("README", b"no dot: skipped"),
+    ("dir/.hidden.jpg", b"dot first: the directory is the key"),
+    ("dir.d/.hidden.jpg", b"dot first, dotted directory: skipped"),
+    (".top.jpg", b"dot first, no directory: skipped"),
+    ("big/0.bin", BLOB),
+    ("big/0.empty", b""),
+    ("big/1.bin", BLOB[:1234]),
+    ("x__/__y__.txt", b"not meta: not at the top"),
+    ("a/0.jpg", b"first run"),
+    ("b/0.jpg", b"other key"),
+    ("a/0.cls", b"same key again, new sample"),
+]
+
+
+@pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+@pytest.mark.parametrize("bufsize", [1024, 1 << 20])
+def test_parity_with_webdataset_on_tricky_tarfile_shards(
+    tmp_path: Path, fmt: int, bufsize: int
+) -> None:
+    path = tmp_path / "tricky.tar"
+    write_tarfile(path, TRICKY, fmt)
+    samples = assert_same_as_webdataset(path, bufsize)
+    keys = [s["__key__"] for s in samples]
+    assert keys[:3] == ["train/a.b/c", "train/" + "k" * 130, "ünïcødé/ファイル"]
+    assert set(samples[0]) == {"__key__", "__url__", "d.jpg", "d.cls", "seg.png", "json"}
+    assert keys[-3:] == ["a/0", "b/0", "a/0"]
+
+
+def test_parity_with_webdataset_tarwriter_shards(tmp_path: Path) -> None:
+    path = tmp_path / "writer.tar"
+    rng = random.Random(0)
+    with wds.TarWriter(str(path), encoder=False) as sink:
+        for i in range(40):
+            sink.write(
+                {
+                    "__key__": f"shard/{i:05d}",
+                    "jpg": rng.randbytes(rng.randint(0, 5000)),
+                    "cls": str(i % 7).encode(),
+                    "meta.json": b'{"i": %d}' % i,
+                    "seg.png": rng.randbytes(rng.randint(0, 300)),
+                }
+            )
+    samples = assert_same_as_webdataset(path, bufsize=4096)
+    assert len(samples) == 40
+    assert set(samples[0]) == {"__key__", "__url__", "jpg", "cls", "meta.json", "seg.png"}
+
+
+def test_duplicate_suffix_names_member_and_offset() -> None:
+    members = [("s/0.jpg", b"a"), ("s/0.cls", b"1"), ("s/0.JPG", b"b")]
+    raw = _tar_bytes(members)
+    with pytest.raises(ShardFormatError) as info:
+        list(group_samples(iter_tar(io.BytesIO(raw), url=URL), url=URL))
+    err = info.value
+    assert err.member == "s/0.JPG"
+    assert err.offset == 2048
+    assert err.url == URL
+    assert "'s/0.JPG'" in str(err) and "'jpg'" in str(err) and URL in str(err)
+    with pytest.raises(ValueError, match="duplicate"):  # webdataset refuses it too
+        list(tariterators.group_by_keys(_as_webdataset_files(members)))
+
+
+def test_duplicate_suffix_with_plain_pairs_has_no_offset() -> None:
+    with pytest.raises(ShardFormatError) as info:
+        list(group_samples([("k.txt", b"1"), ("k.txt", b"2")], url=URL))
+    assert info.value.offset is None and info.value.member == "k.txt"
+
+
+def test_reserved_suffix_is_refused_like_webdataset() -> None:
+    members = [("k.__key__", b"x")]
+    with pytest.raises(ShardFormatError):
+        list(group_samples(members, url=URL))
+    with pytest.raises(ValueError):
+        list(tariterators.group_by_keys(_as_webdataset_files(members)))
+
+
+def test_end_offsets_allow_restarting_after_any_sample() -> None:
+    members = [(f"{i // 3:03d}.f{i % 3}", bytes([i]) * (i * 100)) for i in range(30)]
+    members.insert(5, ("README", b"skipped member inside the shard"))
+    raw = _tar_bytes(members)
+    pairs = list(group_samples_with_end(iter_tar(io.BytesIO(raw), url=URL), url=URL))
+    assert len(pairs) == 10
+    for k, (_, end) in enumerate(pairs):
+        assert end % 512 == 0
+        rest = group_samples(iter_tar(io.BytesIO(raw[end:]), start_offset=end), url=URL)
+        assert list(rest) == [sample for sample, _ in pairs[k + 1 :]]
+    assert pairs[-1][1] == _end_of_last_member(raw)
+
+
+def test_plain_pairs_have_no_end_offset() -> None:
+    pairs = list(group_samples_with_end([("a.txt", b"1"), ("a.cls", b"2")], url=URL))
+    assert pairs == [({"__key__": "a", "__url__": URL, "txt": b"1", "cls": b"2"}, NO_OFFSET)]
+
+
+def test_empty_and_all_skipped_inputs() -> None:
+    assert list(group_samples([], url=URL)) == []
+    assert list(group_samples([("README", b""), ("__index__", b"")], url=URL)) == []
+
+
+def test_samples_are_independent_dicts() -> None:
+    first, second = group_samples([("a.x", b"1"), ("b.x", b"2")], url=URL)
+    first["y"] = 1
+    assert "y" not in second
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("a/b/c.jpg", ("a/b/c", "jpg")),
+        ("a.b/c.d.JPG", ("a.b/c", "d.jpg")),
+        ("c.tar.gz", ("c", "tar.gz")),
+        ("k.", ("k", "")),
+        ("noext", None),
+        ("dir.d/noext", None),
+        ("dir/.hidden", ("dir/", "hidden")),
+        ("a.b/dir/.x.Y", ("a.b/dir/", "x.y")),
+        ("a/d.ir/.hidden", None),
+        ("/.", ("/", "")),
+        (".jpg", None),
+        ("__index__", None),
+        ("__", None),
+        ("___", None),
+        ("__meta__/x.json", None),
+        ("___/x.json", ("___/x", "json")),
+        ("a/__meta__/x.json", ("a/__meta__/x", "json")),
+        ("__meta/x.json", ("__meta/x", "json")),
+        ("__x.jpg", ("__x", "jpg")),
+    ],
+)
+def test_split_key(name: str, expected: tuple[str, str] | None) -> None:
+    assert split_key(name) == expected
+    assert split_key(name) == _webdataset_split(name)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from(list("ab_./Z9é ")), max_size=14))
+def test_hypothesis_split_key_matches_webdataset(name: str) -> None:
+    assert split_key(name) == _webdataset_split(name)
+
+
+KEYS = st.sampled_from(["a", "b", "d/a", "d.x/a", "__m__", "__m__/a", "a_"])
+SUFFIXES = st.sampled_from(["jpg", "JPG", "cls", "seg.png", "", None])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(KEYS, SUFFIXES, st.binary(max_size=4)), max_size=12))
+def test_hypothesis_grouping_matches_webdataset(
+    parts: list[tuple[str, str | None, bytes]],
+) -> None:
+    members = [(key if suffix is None else f"{key}.{suffix}", data) for key, suffix, data in parts]
+    members = [(name, data) for name, data in members if not _webdataset_skips_meta(name)]
+    ours, our_error = _collect(group_samples(members, url=URL))
+    theirs, their_error = _collect(tariterators.group_by_keys(_as_webdataset_files(members)))
+    assert [fields(s) for s in ours] == [fields(s) for s in theirs]
+    assert (our_error is None) == (their_error is None)
+    assert our_error is None or isinstance(our_error, ShardFormatError)
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def _tar_bytes(members: list[tuple[str, bytes]]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def _end_of_last_member(raw: bytes) -> int:
+    return max(m.end for m in iter_tar(io.BytesIO(raw)))
+
+
+def _as_webdataset_files(members: list[tuple[str, bytes]]) -> list[dict[str, Any]]:
+    return [{"fname": name, "data": data, "__url__": URL} for name, data in members]
+
+
+def _webdataset_skips_meta(name: str) -> bool:
+    """Returns whether webdataset's tar_file_iterator drops ``name`` as a meta file."""
+    skip_meta = inspect.signature(tariterators.tar_file_iterator).parameters["skip_meta"].default
+    prefix, suffix = tariterators.meta_prefix, tariterators.meta_suffix
+    if "/" not in name and name.startswith(prefix) and name.endswith(suffix):
+        return True
+    return re.match(skip_meta, name) is not None
+
+
+def _webdataset_split(name: str) -> tuple[str, str] | None:
+    """Returns (key, suffix) as webdataset computes them, None when it skips the name."""
+    if _webdataset_skips_meta(name):
+        return None
+    key, suffix = tariterators.base_plus_ext(name)
+    return None if key is None else (key, suffix.lower())
+
+
+def _collect(samples: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], Exception | None]:
+    out: list[dict[str, Any]] = []
+    try:
+        for sample in samples:
+            out.append(sample)
+    except Exception as exc:  # both libraries' errors are compared
+        return out, exc
+    return out, None
