@@ -1,0 +1,209 @@
+"""From ``"ais://bucket/shard-{000..099}.tar"`` to training batches through DataLoader2.
+
+The pipeline is the one the AIStore + WebDataset articles build, in DataPipes::
+
+    shard names -> shuffle shards -> sharding_filter -> AISFileLoader -> WebDatasetParser
+      -> shuffle samples (buffer) -> decode -> to_tuple -> batch -> collate
+
+``sharding_filter`` sits at shard level, so each shard is read by exactly one worker of one rank.
+Everything random is seeded by DataLoader2: ``loader.seed(n)`` makes an epoch reproducible, and
+each new epoch reshuffles.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)
+    import torch.distributed as dist
+    from torchdata.dataloader2 import (
+        DataLoader2,
+        DistributedReadingService,
+        MultiProcessingReadingService,
+        SequentialReadingService,
+    )
+    from torchdata.dataloader2.reading_service import ReadingServiceInterface
+    from torchdata.datapipes.iter import IterableWrapper, IterDataPipe
+
+from aisio._config import AISConfig, resolve_config
+from aisio._datapipes import AISFileLoader, OnError, WebDatasetParser
+from aisio._decode import Decoder, to_tuple
+from aisio._mpfix import install as _install_round_robin_fix
+from aisio._sources import as_sources, expand, to_paths
+from aisio._urls import ETL
+
+
+class ToTuple:
+    """Returns ``to_tuple(sample, *fields)``: a picklable map function for DataPipes.
+
+    Example:
+        >>> ToTuple("png;jpg", "cls")({"png": 1, "cls": 2, "__key__": "k"})
+        (1, 2)
+    """
+
+    def __init__(self, *fields: str) -> None:
+        self.fields = fields
+
+    def __call__(self, sample: dict[str, Any]) -> tuple[Any, ...]:
+        return to_tuple(sample, *self.fields)
+
+    def __repr__(self) -> str:
+        return f"ToTuple{self.fields!r}"
+
+
+def shard_names(sources: Any) -> list[str]:
+    """Returns the ``ais://`` names of the shards that names/templates/SDK objects stand for."""
+    return [each.uri() for source in as_sources(sources) for path in to_paths(source)
+            for each in expand(path)]
+
+
+class ResampledShards(IterDataPipe):
+    """Yields shard names drawn with replacement, forever: for multi-node epochs of fixed length.
+
+    Seeded by DataLoader2 (a different stream in every worker of every rank).
+    """
+
+    def __init__(self, names: Sequence[str], seed: int = 0) -> None:
+        if not names:
+            raise ValueError("ResampledShards needs at least one shard name")
+        self.names = list(names)
+        self.seed = seed
+        self._rng = random.Random(seed)
+
+    def set_seed(self, seed: int) -> ResampledShards:
+        self._rng = random.Random(seed)
+        return self
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            yield self._rng.choice(self.names)
+
+
+def webdataset_pipe(
+    shards: Any,
+    *,
+    url: str | None = None,
+    config: AISConfig | None = None,
+    etl: ETL | str | None = None,
+    shuffle_shards: bool = True,
+    shuffle_buffer: int = 0,
+    decode: str | Decoder | None = None,
+    tuple_fields: Sequence[str] | None = None,
+    batch_size: int | None = None,
+    collate: bool = True,
+    on_error: OnError = "raise",
+    resampled: bool = False,
+    concurrency: int = 1,
+) -> IterDataPipe:
+    """Returns the DataPipe from shard names to samples, tuples or batches (see module doc).
+
+    Args:
+        shards: shard names or templates (``"ais://b/train-{0000..0099}.tar"``), a list of them,
+            or SDK objects.
+        url: AIStore endpoint (else ``config``, else ``AIS_ENDPOINT``).
+        config: an :class:`AISConfig`.
+        etl: an ETL to apply to every shard on the server.
+        shuffle_shards: shuffle the shard order each epoch (before the shard split).
+        shuffle_buffer: shuffle samples through a buffer of this many (0: off). Memory grows
+            with it: it holds that many undecoded samples.
+        decode: an image spec for :class:`Decoder` (``"torchrgb"``, ``"pil"``, ...) or a Decoder.
+        tuple_fields: fields to turn each sample into a tuple, e.g. ``("png;jpg", "cls")``.
+        batch_size: batch in the worker (before samples cross to the main process).
+        collate: collate batches into tensors with torch's default collate.
+        on_error: what the tar parser does with a bad shard (``raise``, ``warn``, ``skip``).
+        resampled: draw shards with replacement forever (cap the epoch with ``.header(n)`` or
+            :func:`webdataset_loader`'s ``samples_per_epoch``).
+        concurrency: parallel GETs (for many small shards).
+    """
+    cfg = resolve_config(url, config)
+    names = shard_names(shards)
+    if not names:
+        raise ValueError(f"no shards in {shards!r}")
+    pipe: IterDataPipe
+    if resampled:
+        pipe = ResampledShards(names)
+    else:
+        pipe = IterableWrapper(names, deepcopy=False)
+        if shuffle_shards:
+            pipe = pipe.shuffle(buffer_size=len(names))
+        pipe = pipe.sharding_filter()
+    pipe = AISFileLoader(pipe, config=cfg, etl=etl, concurrency=concurrency)
+    pipe = WebDatasetParser(pipe, on_error=on_error)
+    if shuffle_buffer:
+        pipe = pipe.shuffle(buffer_size=shuffle_buffer)
+    if decode is not None:
+        pipe = pipe.map(decode if isinstance(decode, Decoder) else Decoder(decode))
+    if tuple_fields:
+        pipe = pipe.map(ToTuple(*tuple_fields))
+    if batch_size:
+        pipe = pipe.batch(batch_size)
+        if collate:
+            pipe = pipe.collate()
+    return pipe
+
+
+def reading_service(num_workers: int = 0, *, worker_prefetch: int = 10, main_prefetch: int = 10
+                    ) -> ReadingServiceInterface | None:
+    """Returns the reading service for ``num_workers`` processes, distributed when initialised.
+
+    With ``torch.distributed`` initialised, shards are split across ranks
+    (DistributedReadingService, which also shares rank 0's seed), then across each rank's workers.
+    """
+    mp = MultiProcessingReadingService(num_workers=num_workers,
+                                       worker_prefetch_cnt=worker_prefetch,
+                                       main_prefetch_cnt=main_prefetch) if num_workers else None
+    if dist.is_available() and dist.is_initialized():
+        dist_rs = DistributedReadingService()
+        return SequentialReadingService(dist_rs, mp) if mp else dist_rs
+    return mp
+
+
+def make_loader(pipe: IterDataPipe, *, num_workers: int = 0, seed: int | None = None,
+                worker_prefetch: int = 10, main_prefetch: int = 10) -> DataLoader2:
+    """Returns a DataLoader2 over ``pipe`` with the right reading service (see above)."""
+    _install_round_robin_fix()
+    loader = DataLoader2(pipe, reading_service=reading_service(
+        num_workers, worker_prefetch=worker_prefetch, main_prefetch=main_prefetch))
+    if seed is not None:
+        loader.seed(seed)
+    return loader
+
+
+def webdataset_loader(
+    shards: Any,
+    *,
+    num_workers: int = 0,
+    seed: int | None = None,
+    samples_per_epoch: int | None = None,
+    post: Callable[[IterDataPipe], IterDataPipe] | None = None,
+    **pipe_options: Any,
+) -> DataLoader2:
+    """Returns a DataLoader2 that streams batches from AIStore shards: the one-call entry point.
+
+    Args:
+        shards: as for :func:`webdataset_pipe`.
+        num_workers: worker processes (0: read in the main process).
+        seed: makes the shuffles reproducible (each epoch still reshuffles).
+        samples_per_epoch: with ``resampled=True``, the epoch length per rank (in items the
+            pipe yields: batches when ``batch_size`` is set); split across workers.
+        post: a function applied to the pipe last (e.g. extra maps), still inside the workers.
+        **pipe_options: passed to :func:`webdataset_pipe` (url, etl, decode, batch_size, ...).
+
+    Example:
+        >>> loader = webdataset_loader("ais://b/train-{000..099}.tar", decode="torchrgb",
+        ...     tuple_fields=("png", "cls"), batch_size=64, num_workers=2)   # doctest: +SKIP
+    """
+    pipe = webdataset_pipe(shards, **pipe_options)
+    if samples_per_epoch is not None:
+        if not pipe_options.get("resampled"):
+            raise ValueError("samples_per_epoch goes with resampled=True (exact epochs end "
+                             "when the shards do)")
+        pipe = pipe.header(math.ceil(samples_per_epoch / max(1, num_workers)))
+    if post is not None:
+        pipe = post(pipe)
+    return make_loader(pipe, num_workers=num_workers, seed=seed)
