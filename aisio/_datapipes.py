@@ -145,9 +145,10 @@ class AISFileLister(_AISDataPipe):
         for source in _source_items(self.source_datapipe):
             for path in to_paths(source):
                 if path.is_template:
-                    paths = check_template(self._client(), path) if self.check_templates else expand(
-                        path
-                    )
+                    if self.check_templates:
+                        paths: Iterable[AISPath] = check_template(self._client(), path)
+                    else:
+                        paths = expand(path)
                     for each in paths:
                         yield (each.uri(), {}) if self.props else each.uri()
                 elif _is_exact(source, path):
