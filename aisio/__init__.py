@@ -23,6 +23,13 @@ from aisio._errors import (
     PlaygroundError,
     ShardFormatError,
 )
+from aisio._pipeline import (
+    ResampledShards,
+    ToTuple,
+    make_loader,
+    webdataset_loader,
+    webdataset_pipe,
+)
 from aisio._playground import Playground
 from aisio._urls import ETL
 
@@ -48,7 +55,12 @@ __all__ = [
     "ObjectNotFoundError",
     "Playground",
     "PlaygroundError",
+    "ResampledShards",
     "ShardFormatError",
+    "ToTuple",
     "WebDatasetParser",
+    "make_loader",
     "to_tuple",
+    "webdataset_loader",
+    "webdataset_pipe",
 ]

@@ -28,7 +28,6 @@ from sklearn.datasets import load_digits
 
 import aisio
 from aisio._client import client_for
-from aisio._pipeline import webdataset_loader
 from aisio._urls import parse_ais_url
 
 
@@ -58,7 +57,7 @@ def write_shards(bucket: str, workdir: Path, per_shard: int, endpoint: str) -> s
 
 def train(template: str, endpoint: str, epochs: int, workers: int, batch_size: int) -> float:
     """Trains a small MLP on batches streamed from AIStore; returns the last epoch's mean loss."""
-    loader = webdataset_loader(
+    loader = aisio.webdataset_loader(
         template, url=endpoint, decode="torchl", tuple_fields=("png", "cls"),
         shuffle_buffer=256, batch_size=batch_size, num_workers=workers, seed=0,
     )
