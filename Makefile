@@ -2,6 +2,8 @@
 #   make demo   - the main job: a real pipeline from a local AIStore into a training loop
 #   make test   - lint, type checks, unit and integration tests against a real local AIStore
 PY := .venv/bin/python
+# This checkout's aisio, whichever checkout the shared venv's editable install points at.
+export PYTHONPATH := $(CURDIR)
 
 .PHONY: demo test lint setup
 setup:

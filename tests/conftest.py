@@ -11,9 +11,17 @@ import pytest
 
 from aisio import AISConfig, Playground
 from aisio._client import Client, client_for
-from aisio._urls import Bucket
+from aisio._urls import AISPath, Bucket
 
 HERE = Path(__file__).parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Subprocesses (distributed ranks, examples, notebook kernels) must import this checkout's
+    # aisio, whatever checkout the shared venv's editable install points at.
+    root = str(HERE.parent)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([root, *[p for p in paths if p != root]])
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -56,3 +64,37 @@ def bucket(ais_client: Client) -> Iterator[Bucket]:
         yield bck
     finally:
         ais_client.destroy_bucket(bck)
+
+
+def write_shards(
+    client: Client,
+    bucket: Bucket,
+    tmp_path: Path,
+    *,
+    shards: int,
+    per_shard: int,
+    prefix: str = "shard",
+    payload: int = 64,
+) -> tuple[str, list[str]]:
+    """Uploads WebDataset shards of ``(bin, cls)`` samples; returns (template, all sample keys).
+
+    Shards hold different numbers of samples (``per_shard`` + shard index) so that uneven splits
+    are the normal case, as in real datasets.
+    """
+    import random
+
+    import webdataset as wds
+
+    rng = random.Random(shards * 1000 + per_shard)
+    keys: list[str] = []
+    for s in range(shards):
+        path = tmp_path / f"{prefix}-{s:04d}.tar"
+        with wds.TarWriter(str(path)) as sink:
+            for i in range(per_shard + s):
+                key = f"s{s:04d}/sample{i:05d}"
+                sink.write({"__key__": key, "bin": rng.randbytes(payload), "cls": (s + i) % 10})
+                keys.append(key)
+        with open(path, "rb") as fh:
+            client.put_object(AISPath(bucket, path.name), fh)
+        path.unlink()
+    return bucket.uri(f"{prefix}-{{0000..{shards - 1:04d}}}.tar"), keys
