@@ -264,7 +264,13 @@ class ObjectReader(io.RawIOBase):
         return True
 
     def read(self, size: int = -1) -> bytes:
-        """Returns up to ``size`` bytes (all the rest for -1); ``b""`` only at the end."""
+        """Returns up to ``size`` bytes (everything left for -1); ``b""`` only at the end.
+
+        A read may return fewer than ``size`` bytes (whatever one network read gave), so that
+        bytes that arrived before a connection broke are never thrown away.
+        """
+        if size is None or size < 0:
+            return b"".join(iter(lambda: self.read(1 << 20), b""))
         failures = 0
         while True:
             if self._resp is None:
@@ -273,8 +279,8 @@ class ObjectReader(io.RawIOBase):
                 self._open()
             assert self._resp is not None
             try:
-                chunk: bytes = self._resp.raw.read(None if size < 0 else size)
-                if not chunk and self.size is not None and self.pos < self.size:
+                chunk: bytes = self._resp.raw.read1(size)
+                if not chunk and size and self.size is not None and self.pos < self.size:
                     raise ConnectionError(f"stream ended at byte {self.pos} of {self.size}")
             except TRANSIENT_EXCEPTIONS as exc:
                 failures += 1

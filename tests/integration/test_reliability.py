@@ -1,0 +1,107 @@
+"""Nothing lost, nothing duplicated: broken connections, retries, changed objects, bad shards."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import aisio
+from aisio._client import Client, client_for
+from aisio._urls import AISPath, Bucket, object_url
+from tests.conftest import write_shards
+from tests.faultproxy import fault_proxy
+
+FAST_RETRY = {"backoff": 0.01, "backoff_max": 0.05, "max_retries": 8}
+
+
+def _keys(pipe: object) -> list[str]:
+    return [s["__key__"] for s in pipe]  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def big_shards(ais_client: Client, bucket: Bucket, tmp_path: Path) -> tuple[str, list[str]]:
+    # ~4 shards of ~120-150 KB (2 KB samples) so cuts land inside members and inside headers
+    return write_shards(ais_client, bucket, tmp_path, shards=4, per_shard=60, payload=2000)
+
+
+def test_cut_connections_resume_without_loss_or_repeats(ais_endpoint: str,
+                                                        big_shards: tuple[str, list[str]]) -> None:
+    template, keys = big_shards
+    with fault_proxy(ais_endpoint, cut_after=10_000) as proxy:
+        config = aisio.AISConfig(endpoint=proxy.endpoint, **FAST_RETRY)
+        got = _keys(aisio.AISFileLoader(template, config=config).ais_parse_webdataset())
+        assert proxy.breaks >= 4 * 10  # every ~10 KB of every shard
+        assert proxy.range_requests >= proxy.breaks - 4  # each break but a first read resumes
+    assert Counter(got) == Counter(keys)
+
+
+def test_random_resets_through_dataloader2(ais_endpoint: str,
+                                           big_shards: tuple[str, list[str]]) -> None:
+    template, keys = big_shards
+    with fault_proxy(ais_endpoint, reset_probability=0.7, seed=3) as proxy:
+        loader = aisio.webdataset_loader(
+            template, config=aisio.AISConfig(endpoint=proxy.endpoint, **FAST_RETRY),
+            num_workers=2, seed=0)
+        try:
+            got = _keys(loader)
+        finally:
+            loader.shutdown()
+        assert proxy.breaks > 0
+    assert Counter(got) == Counter(keys)
+
+
+def test_transient_statuses_are_retried_and_logged(ais_endpoint: str, ais_client: Client,
+                                                   bucket: Bucket,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    ais_client.put_object(AISPath(bucket, "o"), b"payload")
+    with fault_proxy(ais_endpoint, fail_statuses=(503, 429, 500)) as proxy:
+        client = client_for(aisio.AISConfig(endpoint=proxy.endpoint, **FAST_RETRY))
+        with caplog.at_level(logging.DEBUG, logger="aisio"):
+            assert client.get_bytes(AISPath(bucket, "o")) == b"payload"
+        assert proxy.requests == 4
+    retries = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
+    assert len(retries) == 3
+    assert all(bucket.uri("o") in m for m in retries)
+    assert "HTTP 503" in retries[0]
+
+
+def test_other_4xx_are_not_retried(ais_endpoint: str, bucket: Bucket) -> None:
+    with fault_proxy(ais_endpoint) as proxy:
+        client = client_for(aisio.AISConfig(endpoint=proxy.endpoint, **FAST_RETRY))
+        with pytest.raises(aisio.ObjectNotFoundError):
+            client.get_bytes(AISPath(bucket, "missing"))
+        assert proxy.requests == 1
+
+
+def test_retries_run_out_with_a_typed_error(ais_endpoint: str, bucket: Bucket) -> None:
+    with fault_proxy(ais_endpoint, fail_statuses=(503,) * 20) as proxy:
+        client = client_for(aisio.AISConfig(endpoint=proxy.endpoint, max_retries=2,
+                                            backoff=0.01))
+        with pytest.raises(aisio.AISRequestError) as info:
+            client.get_bytes(AISPath(bucket, "o"))
+        assert info.value.status == 503
+        assert proxy.requests == 3
+
+
+def test_unreachable_cluster_is_a_connection_error() -> None:
+    from aisio._playground import free_port
+
+    client = client_for(aisio.AISConfig(endpoint=f"http://127.0.0.1:{free_port()}",
+                                        max_retries=1, backoff=0.01))
+    with pytest.raises(aisio.AISConnectionError, match=r"127\.0\.0\.1"):
+        list(client.list_objects(Bucket("b")))
+
+
+def test_object_changed_between_reads_is_refused(ais_client: Client, bucket: Bucket) -> None:
+    path = AISPath(bucket, "changing.bin")
+    ais_client.put_object(path, b"a" * 100_000)
+    reader = ais_client.open(object_url(ais_client.endpoint, path), name=path.uri())
+    assert reader.read(10) == b"a" * 10
+    ais_client.put_object(path, b"b" * 100_000)
+    reader._drop()  # the connection breaks here; the reader must reopen at byte 10
+    with pytest.raises(aisio.ObjectChangedError, match="changed"):
+        reader.read(10)
+    reader.close()
