@@ -31,6 +31,7 @@ from aisio._pipeline import (
     webdataset_pipe,
 )
 from aisio._playground import Playground
+from aisio._report import ErrorReport
 from aisio._urls import ETL
 
 __version__ = "0.1.0"
@@ -50,6 +51,7 @@ __all__ = [
     "ETL",
     "ETLNotFoundError",
     "ETLUnavailableError",
+    "ErrorReport",
     "InvalidURLError",
     "ObjectChangedError",
     "ObjectNotFoundError",

@@ -25,7 +25,8 @@ with warnings.catch_warnings():
 
 from aisio._client import Client, client_for
 from aisio._config import AISConfig, resolve_config
-from aisio._errors import AISIOError, InvalidURLError, ShardFormatError
+from aisio._errors import AISIOError, InvalidURLError
+from aisio._report import ErrorReport
 from aisio._samples import group_samples
 from aisio._sources import (
     as_sources,
@@ -46,6 +47,17 @@ OnError = Literal["raise", "warn", "skip"]
 def _check_on_error(on_error: str) -> None:
     if on_error not in ("raise", "warn", "skip"):
         raise ValueError(f"on_error={on_error!r} must be 'raise', 'warn' or 'skip'")
+
+
+def _skip(on_error: OnError, report: ErrorReport, error: AISIOError, shard: str) -> None:
+    """Records a skipped shard (or the rest of one), warning if asked; re-raises on "raise"."""
+    if on_error == "raise":
+        raise error
+    report.record(error, shard=shard)
+    message = f"aisio skipped {'the rest of ' if getattr(error, 'offset', None) else ''}{shard}: "
+    if on_error == "warn":
+        warnings.warn(message + str(error), stacklevel=3)
+    log.info("%s%s", message, error)
 
 
 class _AISDataPipe(IterDataPipe):
@@ -226,6 +238,9 @@ class AISFileLoader(_AISDataPipe):
         etl: an ETL to apply to ``ais://`` names.
         config: an :class:`AISConfig`.
         concurrency: parallel GETs for many small objects (1: stream one at a time).
+        on_error: ``"raise"`` typed errors (missing object, ETL, retries exhausted); ``"skip"`` or
+            ``"warn"`` to record the object in ``report`` and go on with the next.
+        report: where skipped objects are recorded (default: a new in-memory report).
 
     Example:
         >>> streams = AISFileLister("ais://bucket/imgs/", url=endpoint).ais_load_files(
@@ -241,13 +256,18 @@ class AISFileLoader(_AISDataPipe):
         *,
         config: AISConfig | None = None,
         concurrency: int = 1,
+        on_error: OnError = "raise",
+        report: ErrorReport | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency={concurrency} must be at least 1")
+        _check_on_error(on_error)
         super().__init__(url, config, length)
         self.source_datapipe = source_datapipe
         self.etl = to_etl(etl)
         self.concurrency = concurrency
+        self.on_error = on_error
+        self.report = report if report is not None else ErrorReport()
 
     def _requests(self) -> Iterator[tuple[str, Client, str, AISPath, ETL | None]]:
         """Yields (name, client, GET url, path, etl) for every object the sources name."""
@@ -273,7 +293,12 @@ class AISFileLoader(_AISDataPipe):
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
         if self.concurrency == 1:
             for name, client, url, path, etl in self._requests():
-                yield name, StreamWrapper(client.open(url, name=path.uri(), etl=etl), name=name)
+                try:
+                    reader = client.open(url, name=path.uri(), etl=etl)
+                except AISIOError as exc:
+                    _skip(self.on_error, self.report, exc, name)
+                    continue
+                yield name, StreamWrapper(reader, name=name)
             return
         yield from self._iter_concurrent()
 
@@ -284,14 +309,21 @@ class AISFileLoader(_AISDataPipe):
                 for name, client, url, path, etl in self._requests():
                     window.append((name, pool.submit(_fetch, client, url, path, etl)))
                     if len(window) >= 2 * self.concurrency:
-                        done_name, future = window.popleft()
-                        yield done_name, StreamWrapper(io.BytesIO(future.result()), name=done_name)
+                        yield from self._settle(*window.popleft())
                 while window:
-                    done_name, future = window.popleft()
-                    yield done_name, StreamWrapper(io.BytesIO(future.result()), name=done_name)
+                    yield from self._settle(*window.popleft())
             finally:
                 for _, future in window:
                     future.cancel()
+
+
+    def _settle(self, name: str, future: Future[bytes]) -> Iterator[tuple[str, StreamWrapper]]:
+        try:
+            data = future.result()
+        except AISIOError as exc:
+            _skip(self.on_error, self.report, exc, name)
+            return
+        yield name, StreamWrapper(io.BytesIO(data), name=name)
 
 
 def _fetch(client: Client, url: str, path: AISPath, etl: ETL | None) -> bytes:
@@ -309,8 +341,11 @@ class WebDatasetParser(IterDataPipe):
     Args:
         source_datapipe: ``(url, binary stream)`` pairs.
         on_error: ``"raise"`` a :class:`ShardFormatError` naming shard, offset and member;
-            ``"warn"`` or ``"skip"`` to stop reading that shard and go on with the next
-            (recorded in :attr:`errors`; ``"warn"`` also warns).
+            ``"warn"`` or ``"skip"`` to stop reading that shard and go on with the next, recorded
+            in ``report`` (``"warn"`` also warns). Samples yielded before the fault stay yielded,
+            none is repeated.
+        report: where skipped shards are recorded; pass a file-backed
+            ``ErrorReport.temporary()`` to read records made in DataLoader2 workers.
 
     Example:
         >>> samples = AISFileLoader(["ais://b/shard-{0..9}.tar"], url=endpoint
@@ -318,24 +353,17 @@ class WebDatasetParser(IterDataPipe):
     """
 
     def __init__(self, source_datapipe: Iterable[tuple[str, Any]], *,
-                 on_error: OnError = "raise") -> None:
+                 on_error: OnError = "raise", report: ErrorReport | None = None) -> None:
         _check_on_error(on_error)
         self.source_datapipe = source_datapipe
         self.on_error = on_error
-        self.errors: list[dict[str, Any]] = []
+        self.report = report if report is not None else ErrorReport()
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for url, stream in self.source_datapipe:
             try:
                 yield from group_samples(iter_tar(stream, url=url), url=url)
-            except (ShardFormatError, AISIOError) as exc:
-                if self.on_error == "raise":
-                    raise
-                record = {"shard": url, "offset": getattr(exc, "offset", None),
-                          "member": getattr(exc, "member", None), "reason": str(exc)}
-                self.errors.append(record)
-                if self.on_error == "warn":
-                    warnings.warn(f"skipped the rest of shard {url}: {exc}", stacklevel=2)
-                log.info("aisio: skipped the rest of shard %s: %s", url, exc)
+            except AISIOError as exc:
+                _skip(self.on_error, self.report, exc, url)
             finally:
                 stream.close()

@@ -34,9 +34,11 @@ with warnings.catch_warnings():
     from torchdata.datapipes.iter import IterableWrapper, IterDataPipe
 
 from aisio._config import AISConfig, resolve_config
-from aisio._datapipes import AISFileLoader, OnError, WebDatasetParser
+from aisio._datapipes import AISFileLister, AISFileLoader, OnError, WebDatasetParser
 from aisio._decode import Decoder, to_tuple
+from aisio._errors import ObjectNotFoundError
 from aisio._mpfix import install as _install_round_robin_fix
+from aisio._report import ErrorReport
 from aisio._sources import as_sources, expand, to_paths
 from aisio._urls import ETL
 
@@ -61,10 +63,28 @@ class ToTuple:
         return f"ToTuple{self.fields!r}"
 
 
-def shard_names(sources: Any) -> list[str]:
-    """Returns the ``ais://`` names of the shards that names/templates/SDK objects stand for."""
-    return [each.uri() for source in as_sources(sources) for path in to_paths(source)
-            for each in expand(path)]
+def shard_names(sources: Any, config: AISConfig | None = None) -> list[str]:
+    """Returns the ``ais://`` names of the shards that sources stand for.
+
+    Templates are expanded and SDK objects converted without I/O; a bucket or prefix
+    (``ais://b/train/``) is listed once, here, rather than in every worker and every epoch.
+    """
+    names: list[str] = []
+    for source in as_sources(sources):
+        for path in to_paths(source):
+            if path.is_template or (path.obj and not path.obj.endswith("/") and
+                                    not isinstance(source, str)):
+                names.extend(each.uri() for each in expand(path))
+            elif isinstance(source, str) and path.obj and not path.obj.endswith("/"):
+                names.append(path.uri())
+            else:
+                listed = list(AISFileLister([path.uri()], config=config))
+                if not listed:
+                    raise ObjectNotFoundError(
+                        f"there are no objects under {path.uri()}; upload shards there or "
+                        "fix the bucket/prefix", url=path.uri())
+                names.extend(listed)
+    return names
 
 
 class ResampledShards(IterDataPipe):
@@ -102,6 +122,7 @@ def webdataset_pipe(
     batch_size: int | None = None,
     collate: bool = True,
     on_error: OnError = "raise",
+    report: ErrorReport | None = None,
     resampled: bool = False,
     concurrency: int = 1,
 ) -> IterDataPipe:
@@ -120,15 +141,18 @@ def webdataset_pipe(
         tuple_fields: fields to turn each sample into a tuple, e.g. ``("png;jpg", "cls")``.
         batch_size: batch in the worker (before samples cross to the main process).
         collate: collate batches into tensors with torch's default collate.
-        on_error: what the tar parser does with a bad shard (``raise``, ``warn``, ``skip``).
+        on_error: what to do with a bad or missing shard: ``raise``, or ``warn``/``skip`` to
+            go on with the next one, recorded in ``report``.
+        report: where skipped shards are recorded; by default a temporary file that worker
+            processes share, available as ``pipe.report``.
         resampled: draw shards with replacement forever (cap the epoch with ``.header(n)`` or
             :func:`webdataset_loader`'s ``samples_per_epoch``).
         concurrency: parallel GETs (for many small shards).
     """
     cfg = resolve_config(url, config)
-    names = shard_names(shards)
-    if not names:
-        raise ValueError(f"no shards in {shards!r}")
+    names = shard_names(shards, cfg)
+    if report is None:
+        report = ErrorReport.temporary() if on_error != "raise" else ErrorReport()
     pipe: IterDataPipe
     if resampled:
         pipe = ResampledShards(names)
@@ -137,8 +161,9 @@ def webdataset_pipe(
         if shuffle_shards:
             pipe = pipe.shuffle(buffer_size=len(names))
         pipe = pipe.sharding_filter()
-    pipe = AISFileLoader(pipe, config=cfg, etl=etl, concurrency=concurrency)
-    pipe = WebDatasetParser(pipe, on_error=on_error)
+    pipe = AISFileLoader(pipe, config=cfg, etl=etl, concurrency=concurrency, on_error=on_error,
+                         report=report)
+    pipe = WebDatasetParser(pipe, on_error=on_error, report=report)
     if shuffle_buffer:
         pipe = pipe.shuffle(buffer_size=shuffle_buffer)
     if decode is not None:
@@ -149,6 +174,7 @@ def webdataset_pipe(
         pipe = pipe.batch(batch_size)
         if collate:
             pipe = pipe.collate()
+    pipe.report = report
     return pipe
 
 
@@ -209,6 +235,8 @@ class EpochLoader(DataLoader2):
         super().__init__(pipe, reading_service=reading_service)
         self.base_seed = seed
         self.epoch = 0
+        #: what ``on_error="skip"``/``"warn"`` left out (set by :func:`webdataset_loader`).
+        self.report: ErrorReport | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Makes the next iteration epoch ``epoch``."""
@@ -261,6 +289,7 @@ def webdataset_loader(
         ...     tuple_fields=("png", "cls"), batch_size=64, num_workers=2)   # doctest: +SKIP
     """
     pipe = webdataset_pipe(shards, **pipe_options)
+    report: ErrorReport = pipe.report
     if samples_per_epoch is not None:
         if not pipe_options.get("resampled"):
             raise ValueError("samples_per_epoch goes with resampled=True (exact epochs end "
@@ -269,4 +298,6 @@ def webdataset_loader(
         pipe = pipe.header(math.ceil(samples_per_epoch / max(1, num_workers)))
     if post is not None:
         pipe = post(pipe)
-    return make_loader(pipe, num_workers=num_workers, seed=seed, uneven=uneven)
+    loader = make_loader(pipe, num_workers=num_workers, seed=seed, uneven=uneven)
+    loader.report = report
+    return loader

@@ -275,7 +275,7 @@ def iter_tar(
     follows. Names are decoded as UTF-8 (undecodable bytes become surrogate escapes).
 
     Reading stops at the first all-zero block (end of archive) or at a clean end of stream on a
-    header boundary, so a zero-byte object is an empty shard that yields nothing.
+    header boundary. A zero-byte stream (from ``start_offset`` 0) is no tar at all: an error.
 
     Args:
         stream: a binary file-like with ``read(n)``; short reads are fine.
@@ -304,6 +304,8 @@ def iter_tar(
             buf = src.buf
             pos = 0
             if available < BLOCK:
+                if available == 0 and src.base == 0 and start_offset == 0:
+                    raise _error(url, 0, "is empty (0 bytes), not a tar archive", _HINT_NOT_TAR)
                 _check_clean_eof(src, available, pending, url)
                 return
         header_offset = src.base + pos

@@ -236,8 +236,11 @@ def test_reads_from_unbuffered_file(tmp_path: pytest.TempPathFactory) -> None:
         assert names_and_data(iter_tar(stream, bufsize=2048)) == MIXED
 
 
-def test_zero_bytes_is_an_empty_shard() -> None:
-    assert read_all(b"") == []
+def test_zero_bytes_is_a_shard_error() -> None:
+    with pytest.raises(ShardFormatError, match="empty") as info:
+        read_all(b"")
+    assert info.value.offset == 0
+    assert read_all(b"", start_offset=1024) == []  # a stream resumed exactly at its end
 
 
 def test_only_end_of_archive_blocks() -> None:
@@ -321,7 +324,7 @@ def test_truncated_after_extended_header() -> None:
 def test_every_cut_point_is_clean_or_shard_format_error() -> None:
     raw = make_tar(MIXED, tarfile.PAX_FORMAT)
     full = read_all(raw)
-    boundaries = {m.end for m in full} | {0}
+    boundaries = {m.end for m in full}  # cut 0 is a zero-byte object: an error, not a clean end
     for cut in range(0, full[-1].end + 1, 37):
         try:
             result = read_all(raw[:cut], bufsize=1024)

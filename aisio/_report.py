@@ -1,0 +1,94 @@
+"""Where skipped shards are written down, so that a user can read at the end of an epoch what
+was left out and why (shard, byte offset, member, reason)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+
+class ErrorReport:
+    """Records of what ``on_error="skip"``/``"warn"`` left out; readable from any process.
+
+    With a ``path``, each record is appended to a JSON-lines file in one ``write`` (atomic for
+    lines this short with ``O_APPEND``), so DataLoader2 workers in other processes add to the same
+    report the training loop reads. Without one, records stay in this process's memory.
+
+    Example:
+        >>> from aisio import AISIOError
+        >>> report = ErrorReport.temporary()
+        >>> _ = report.record(AISIOError("bad", url="ais://b/s.tar"))
+        >>> [r["shard"] for r in report.records()]
+        ['ais://b/s.tar']
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self._memory: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def temporary(cls) -> ErrorReport:
+        """Returns a report backed by a new temporary file (shared with worker processes)."""
+        fd, name = tempfile.mkstemp(prefix="aisio-errors-", suffix=".jsonl")
+        os.close(fd)
+        return cls(name)
+
+    def record(self, error: BaseException, *, shard: str | None = None) -> dict[str, Any]:
+        """Writes down one skipped shard (or the rest of one) and returns the record."""
+        entry = {
+            "shard": shard or getattr(error, "url", None),
+            "offset": getattr(error, "offset", None),
+            "member": getattr(error, "member", None),
+            "error": type(error).__name__,
+            "reason": str(error),
+        }
+        if self.path is None:
+            with self._lock:
+                self._memory.append(entry)
+        else:
+            line = (json.dumps(entry) + "\n").encode()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        return entry
+
+    def records(self) -> list[dict[str, Any]]:
+        """Returns every record so far, from all processes when file-backed."""
+        if self.path is None:
+            with self._lock:
+                return list(self._memory)
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def clear(self) -> None:
+        """Forgets every record (e.g. at the start of an epoch)."""
+        with self._lock:
+            self._memory.clear()
+        if self.path is not None:
+            self.path.write_text("")
+
+    def __len__(self) -> int:
+        return len(self.records())
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "memory": self.records() if self.path is None else []}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path = state["path"]
+        self._memory = list(state["memory"])
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        where = str(self.path) if self.path else "memory"
+        return f"ErrorReport({where!r}, {len(self)} record(s))"
+

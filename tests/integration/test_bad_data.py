@@ -1,0 +1,129 @@
+"""Bad shards and bad input: typed errors naming shard and offset, or skipped and reported."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+import aisio
+from aisio._client import Client
+from aisio._urls import AISPath, Bucket
+from tests.conftest import write_shards
+
+
+def _tar(members: list[tuple[str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _jpeg() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), "red").save(out, "JPEG")
+    return out.getvalue()
+
+
+GOOD = [(f"k{i}.bin", b"x" * 700) for i in range(4)]
+BAD_SHARDS = {
+    "truncated": _tar(GOOD)[:2300],  # inside the second member's data (2048..2748)
+    "corrupt-header": (lambda raw: raw[:1536] + b"\xff" * 20 + raw[1556:])(_tar(GOOD)),
+    "not-a-tar": _jpeg(),
+    "zero-bytes": b"",
+    "duplicate-suffix": _tar([("a.bin", b"1"), ("a.cls", b"2"), ("a.bin", b"3")]),
+}
+
+
+@pytest.fixture
+def mixed(ais_client: Client, bucket: Bucket, tmp_path: Path) -> tuple[list[str], list[str]]:
+    """Good shards interleaved with each kind of bad one; returns (shard names, good keys)."""
+    _, keys = write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=5, prefix="good")
+    for name, raw in BAD_SHARDS.items():
+        ais_client.put_object(AISPath(bucket, f"{name}.tar"), raw)
+    names = [bucket.uri(f"good-{i:04d}.tar") for i in range(3)]
+    names[1:1] = [bucket.uri(f"{n}.tar") for n in BAD_SHARDS]
+    names.append(bucket.uri("missing.tar"))
+    return names, keys
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_SHARDS))
+def test_each_bad_shard_raises_a_typed_error_naming_it(ais_endpoint: str, bucket: Bucket,
+                                                       mixed: object, kind: str) -> None:
+    shard = bucket.uri(f"{kind}.tar")
+    with pytest.raises(aisio.ShardFormatError) as info:
+        list(aisio.AISFileLoader(shard, url=ais_endpoint).ais_parse_webdataset())
+    assert shard in str(info.value)
+    assert info.value.offset is not None
+    assert f"byte {info.value.offset}" in str(info.value) or info.value.offset == 0
+
+
+def test_truncation_names_offset_and_member(ais_endpoint: str, bucket: Bucket,
+                                            mixed: object) -> None:
+    with pytest.raises(aisio.ShardFormatError) as info:
+        list(aisio.AISFileLoader(bucket.uri("truncated.tar"), url=ais_endpoint
+                                 ).ais_parse_webdataset())
+    assert info.value.member == "k1.bin"
+    assert info.value.offset == 2300
+
+
+def test_skip_keeps_every_good_sample_and_reports_the_rest(
+        ais_endpoint: str, mixed: tuple[list[str], list[str]]) -> None:
+    names, keys = mixed
+    report = aisio.ErrorReport()
+    pipe = aisio.AISFileLoader(names, url=ais_endpoint, on_error="skip", report=report)
+    samples = list(pipe.ais_parse_webdataset(on_error="skip", report=report))
+    got = Counter(s["__key__"] for s in samples)
+    # The good shards in full, once each. A bad shard's last sample before the fault is not
+    # yielded: more of its files could have followed, so it is not known to be complete.
+    assert got == Counter(keys)
+    records = {Path(r["shard"]).name: r for r in report.records()}
+    assert set(records) == {f"{n}.tar" for n in BAD_SHARDS} | {"missing.tar"}
+    assert records["missing.tar"]["error"] == "ObjectNotFoundError"
+    assert records["truncated.tar"]["offset"] == 2300
+    assert records["truncated.tar"]["member"] == "k1.bin"
+    assert records["duplicate-suffix.tar"]["member"] == "a.bin"
+
+
+def test_warn_mode_warns_once_per_bad_shard(ais_endpoint: str,
+                                            mixed: tuple[list[str], list[str]]) -> None:
+    names, _ = mixed
+    with pytest.warns(UserWarning, match="aisio skipped") as caught:
+        list(aisio.AISFileLoader(names, url=ais_endpoint, on_error="warn"
+                                 ).ais_parse_webdataset(on_error="warn"))
+    assert len(caught) == len(BAD_SHARDS) + 1
+
+
+def test_workers_report_to_the_training_process(ais_endpoint: str,
+                                                mixed: tuple[list[str], list[str]]) -> None:
+    names, keys = mixed
+    loader = aisio.webdataset_loader(names, url=ais_endpoint, num_workers=2, on_error="skip",
+                                     shuffle_shards=False)
+    try:
+        got = [s["__key__"] for s in loader]
+    finally:
+        loader.shutdown()
+    assert Counter(got) == Counter(keys)
+    assert loader.report is not None
+    assert len(loader.report) == len(BAD_SHARDS) + 1
+
+
+def test_empty_bucket_and_missing_template_shards(ais_endpoint: str, ais_client: Client,
+                                                  bucket: Bucket, tmp_path: Path) -> None:
+    with pytest.raises(aisio.ObjectNotFoundError, match="no objects under"):
+        aisio.webdataset_pipe(bucket.uri(), url=ais_endpoint)
+    write_shards(ais_client, bucket, tmp_path, shards=2, per_shard=3)
+    with pytest.raises(aisio.ObjectNotFoundError) as info:
+        list(aisio.AISFileLister(bucket.uri("shard-{0000..0003}.tar"), url=ais_endpoint,
+                                 check_templates=True))
+    assert len(info.value.missing) == 2
+    with pytest.raises(aisio.ObjectNotFoundError, match=r"shard-0002\.tar"):
+        list(aisio.AISFileLoader(bucket.uri("shard-{0000..0003}.tar"), url=ais_endpoint
+                                 ).ais_parse_webdataset())
