@@ -158,11 +158,15 @@ class Node:
         return f"{self.role}{self.index}"
 
 
-def cluster_config(primary_url: str, tls: tuple[str, str] | None) -> dict[str, Any]:
+def cluster_config(primary_url: str, tls: tuple[str, str] | None,
+                   auth_secret: str | None = None) -> dict[str, Any]:
     """Returns the cluster configuration shared by every node of a playground."""
+    auth: dict[str, Any] = {}
+    if auth_secret:  # clients must send a JWT signed (HS256) with this secret
+        auth = {"signature": {"key": auth_secret, "method": "HMAC"}, "client_auth_required": True}
     return {
         "backend": {},
-        "auth": {},
+        "auth": auth,
         "timeout": {
             "cplane_operation": "2s",
             "max_keepalive": "4s",
@@ -234,6 +238,7 @@ class Playground:
         root: the directory the playground owns (configs, data, logs, ``state.json``).
         ntargets: how many storage targets to start.
         tls: ``(cert.pem, key.pem)`` to serve HTTPS instead of HTTP.
+        auth_secret: require AuthN tokens (HS256 JWTs signed with this secret) from clients.
         binary: an aisnode binary to use instead of building one.
 
     Example:
@@ -248,6 +253,7 @@ class Playground:
         ntargets: int = 1,
         *,
         tls: tuple[str, str] | None = None,
+        auth_secret: str | None = None,
         binary: Path | str | None = None,
         log: Log = _stderr,
     ) -> None:
@@ -256,6 +262,7 @@ class Playground:
         self.root = Path(root) if root is not None else default_playground_dir()
         self.ntargets = ntargets
         self.tls = tls
+        self.auth_secret = auth_secret
         self.binary = Path(binary) if binary else None
         self.log = log
         self.nodes: list[Node] = []
@@ -305,7 +312,8 @@ class Playground:
         self.nodes = [proxy, *targets]
         self.endpoint = f"{scheme}://127.0.0.1:{proxy.port}"
         config_path = self.root / "cluster.json"
-        config_path.write_text(json.dumps(cluster_config(self.endpoint, self.tls), indent=2))
+        config = cluster_config(self.endpoint, self.tls, self.auth_secret)
+        config_path.write_text(json.dumps(config, indent=2))
         env = _node_env()
         try:
             self._spawn(binary, proxy, config_path, env)

@@ -204,7 +204,19 @@ def object_url(endpoint: str, path: AISPath, etl: ETL | None = None) -> str:
         params.update(etl.query())
     return (
         f"{endpoint}/v1/objects/{quote(path.bucket.name, safe='')}/"
-        f"{quote(path.obj, safe='/')}?{urlencode(params, quote_via=quote)}"
+        f"{quote_object_name(path.obj)}?{urlencode(params, quote_via=quote)}"
+    )
+
+
+def quote_object_name(name: str) -> str:
+    """Returns the name percent-quoted for a URL path, keeping '/' and hiding dot segments.
+
+    HTTP clients remove ``.`` and ``..`` path segments (RFC 3986), which would silently turn
+    ``a/../b`` into another object, ``b``; those segments are sent as ``%2E`` instead.
+    """
+    return "/".join(
+        seg.replace(".", "%2E") if seg in (".", "..") else seg
+        for seg in quote(name, safe="/").split("/")
     )
 
 

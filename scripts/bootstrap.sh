@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything aisio's commands need, reusing caches outside the clone:
 #   - a virtual environment with the pinned packages of requirements/lock.txt, kept in
-#     $AISIO_CACHE_DIR/venv/<python>-<lock hash> and linked as ./.venv;
+#     $AISIO_CACHE_DIR/venv/<python>-<lock hash>, which ./.venv (this checkout's own, tiny) uses;
 #   - the wheels it was built from, in $AISIO_CACHE_DIR/wheels (downloaded once; this registry
 #     marks its answers uncacheable, so pip's own cache keeps nothing);
 #   - the AIStore node binary, built with `go install` into $AISIO_CACHE_DIR/aisnode/<version>.
@@ -34,15 +34,27 @@ if [ ! -f "$venv/.complete" ]; then
   "$venv/bin/python" -m pip install -q --no-index --find-links "$wheels" -r "$LOCK"
   touch "$venv/.complete"
 fi
-ln -sfn "$venv" .venv
-
-# aisio itself, editable, pointing at this checkout (cheap; redone when the checkout moves).
-here=$(pwd -P)
-if [ "$(cd / && "$venv/bin/python" -c 'import aisio, os; print(os.path.dirname(os.path.dirname(aisio.__file__)))' 2>/dev/null)" != "$here" ]; then
-  "$venv/bin/python" -m pip install -q --no-index --no-deps --no-build-isolation -e . >/dev/null
+# This checkout's own small venv: its packages come from the shared one through a .pth file, and
+# aisio is installed editable from here, so checkouts never see each other's aisio.
+shared_site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if [ -L .venv ] || [ ! -x .venv/bin/python ] || [ "$(cat .venv/.aisio-shared 2>/dev/null)" != "$venv" ]; then
+  rm -rf .venv
+  "$PYTHON" -m venv --without-pip .venv
+  site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$shared_site" > "$site/aisio-shared-venv.pth"
+  echo "$venv" > .venv/.aisio-shared
+fi
+if [ ! -x .venv/bin/aisio ]; then
+  .venv/bin/python -m pip install -q --no-index --no-deps --no-build-isolation -e . >/dev/null
+  # The shared venv's tools (ruff, mypy, pytest, jupyter, ...) on this venv's bin too.
+  for tool in "$venv"/bin/*; do
+    name=$(basename "$tool")
+    case "$name" in python*|pip*|activate*|Activate*) continue ;; esac
+    [ -e ".venv/bin/$name" ] || ln -s "$tool" ".venv/bin/$name"
+  done
 fi
 
 # The AIStore node (skipped when the user points at an existing cluster).
 if [ -z "${AIS_ENDPOINT:-}" ]; then
-  "$venv/bin/python" -c 'from aisio._playground import build_node; build_node()'
+  .venv/bin/python -c 'from aisio._playground import build_node; build_node()'
 fi

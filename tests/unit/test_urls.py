@@ -104,3 +104,15 @@ def test_parse_random_strings_raise_only_typed_errors(text: str) -> None:
 def test_object_names_round_trip_through_http_urls(name: str) -> None:
     path = AISPath(Bucket("b"), name)
     assert parse_object_url(object_url("http://h:1", path))[1] == path
+
+
+@pytest.mark.parametrize(
+    ("name", "quoted"),
+    [("a/../b", "a/%2E%2E/b"), ("./x", "%2E/x"), ("..", "%2E%2E"), ("a.b/c..d", "a.b/c..d"),
+     ("sp ace/q?#%", "sp%20ace/q%3F%23%25")],
+)
+def test_dot_segments_are_hidden_from_path_normalisation(name: str, quoted: str) -> None:
+    from aisio._urls import quote_object_name
+
+    assert quote_object_name(name) == quoted
+    assert parse_object_url(object_url("http://h:1", AISPath(Bucket("b"), name)))[1].obj == name
