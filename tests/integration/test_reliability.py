@@ -105,3 +105,44 @@ def test_object_changed_between_reads_is_refused(ais_client: Client, bucket: Buc
     with pytest.raises(aisio.ObjectChangedError, match="changed"):
         reader.read(10)
     reader.close()
+
+
+def test_target_restart_mid_epoch_loses_and_repeats_nothing(tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture
+                                                             ) -> None:
+    import threading
+    import time
+
+    playground = aisio.Playground(tmp_path / "pg")
+    endpoint = playground.up()
+    try:
+        config = aisio.AISConfig(endpoint=endpoint, max_retries=60, backoff=0.05,
+                                 backoff_max=0.5, read_timeout=10)
+        client = client_for(config)
+        bucket = Bucket("restart")
+        client.create_bucket(bucket)
+        template, keys = write_shards(client, bucket, tmp_path, shards=6, per_shard=150,
+                                      payload=5000)
+        started = threading.Event()
+
+        def chaos() -> None:
+            started.wait()
+            playground.kill_node("target0")  # SIGKILL: connections die mid-stream
+            time.sleep(1.0)
+            playground.restart("target0")
+
+        thread = threading.Thread(target=chaos)
+        thread.start()
+        got = []
+        with caplog.at_level(logging.DEBUG, logger="aisio"):
+            for sample in aisio.AISFileLoader(template, config=config).ais_parse_webdataset():
+                got.append(sample["__key__"])
+                if len(got) == 100:
+                    started.set()
+                time.sleep(0.0005)
+        thread.join()
+        assert any("retry" in r.getMessage() or "resuming" in r.getMessage()
+                   for r in caplog.records)
+        assert Counter(got) == Counter(keys)
+    finally:
+        playground.down(wipe=True, quiet=True)
