@@ -5,6 +5,7 @@ Example:
     >>> urls = aisio.AISSourceLister("ais://bucket/shard-{000..099}.tar")   # doctest: +SKIP
 """
 
+from aisio._cache import ShardCache
 from aisio._config import AISConfig
 from aisio._datapipes import AISFileLister, AISFileLoader, AISSourceLister, WebDatasetParser
 from aisio._decode import Decoder, to_tuple
@@ -58,6 +59,7 @@ __all__ = [
     "Playground",
     "PlaygroundError",
     "ResampledShards",
+    "ShardCache",
     "ShardFormatError",
     "ToTuple",
     "WebDatasetParser",

@@ -23,6 +23,7 @@ with warnings.catch_warnings():
     from torchdata.datapipes.iter import IterDataPipe
     from torchdata.datapipes.utils import StreamWrapper
 
+from aisio._cache import ShardCache
 from aisio._client import Client, client_for
 from aisio._config import AISConfig, resolve_config
 from aisio._errors import AISIOError, InvalidURLError
@@ -241,6 +242,8 @@ class AISFileLoader(_AISDataPipe):
         on_error: ``"raise"`` typed errors (missing object, ETL, retries exhausted); ``"skip"`` or
             ``"warn"`` to record the object in ``report`` and go on with the next.
         report: where skipped objects are recorded (default: a new in-memory report).
+        cache: a :class:`ShardCache`: objects read to the end are kept on local disk and read
+            from there next time (keyed by URL, so by object and ETL).
 
     Example:
         >>> streams = AISFileLister("ais://bucket/imgs/", url=endpoint).ais_load_files(
@@ -258,6 +261,7 @@ class AISFileLoader(_AISDataPipe):
         concurrency: int = 1,
         on_error: OnError = "raise",
         report: ErrorReport | None = None,
+        cache: ShardCache | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency={concurrency} must be at least 1")
@@ -268,6 +272,7 @@ class AISFileLoader(_AISDataPipe):
         self.concurrency = concurrency
         self.on_error = on_error
         self.report = report if report is not None else ErrorReport()
+        self.cache = cache
 
     def _requests(self) -> Iterator[tuple[str, Client, str, AISPath, ETL | None]]:
         """Yields (name, client, GET url, path, etl) for every object the sources name."""
@@ -293,12 +298,17 @@ class AISFileLoader(_AISDataPipe):
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
         if self.concurrency == 1:
             for name, client, url, path, etl in self._requests():
+                cached = self.cache.open(url) if self.cache else None
+                if cached is not None:
+                    yield name, StreamWrapper(cached, name=name)
+                    continue
                 try:
                     reader = client.open(url, name=path.uri(), etl=etl)
                 except AISIOError as exc:
                     _skip(self.on_error, self.report, exc, name)
                     continue
-                yield name, StreamWrapper(reader, name=name)
+                stream = self.cache.filling(url, reader) if self.cache else reader
+                yield name, StreamWrapper(stream, name=name)
             return
         yield from self._iter_concurrent()
 
@@ -307,7 +317,8 @@ class AISFileLoader(_AISDataPipe):
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="aisio-get") as pool:
             try:
                 for name, client, url, path, etl in self._requests():
-                    window.append((name, pool.submit(_fetch, client, url, path, etl)))
+                    window.append((name, pool.submit(_fetch, client, url, path, etl,
+                                                     self.cache)))
                     if len(window) >= 2 * self.concurrency:
                         yield from self._settle(*window.popleft())
                 while window:
@@ -326,9 +337,26 @@ class AISFileLoader(_AISDataPipe):
         yield name, StreamWrapper(io.BytesIO(data), name=name)
 
 
-def _fetch(client: Client, url: str, path: AISPath, etl: ETL | None) -> bytes:
+def _drain(stream: Any, limit: int = 1 << 20) -> None:
+    """Reads the end-of-archive padding after the last member (a cache keeps only whole shards)."""
+    while limit > 0:
+        chunk = stream.read(min(limit, 1 << 16))
+        if not chunk:
+            return
+        limit -= len(chunk)
+
+
+def _fetch(client: Client, url: str, path: AISPath, etl: ETL | None,
+           cache: ShardCache | None) -> bytes:
+    cached = cache.open(url) if cache else None
+    if cached is not None:
+        with cached:
+            return cached.read()
     with client.open(url, name=path.uri(), etl=etl) as reader:
-        return reader.read()
+        data = reader.read()
+    if cache is not None:
+        cache.store(url, data)
+    return data
 
 
 @functional_datapipe("ais_parse_webdataset")
@@ -363,6 +391,7 @@ class WebDatasetParser(IterDataPipe):
         for url, stream in self.source_datapipe:
             try:
                 yield from group_samples(iter_tar(stream, url=url), url=url)
+                _drain(stream)
             except AISIOError as exc:
                 _skip(self.on_error, self.report, exc, url)
             finally:

@@ -33,6 +33,7 @@ with warnings.catch_warnings():
     from torchdata.dataloader2.reading_service import ReadingServiceInterface
     from torchdata.datapipes.iter import IterableWrapper, IterDataPipe
 
+from aisio._cache import ShardCache
 from aisio._config import AISConfig, resolve_config
 from aisio._datapipes import AISFileLister, AISFileLoader, OnError, WebDatasetParser
 from aisio._decode import Decoder, to_tuple
@@ -125,6 +126,7 @@ def webdataset_pipe(
     report: ErrorReport | None = None,
     resampled: bool = False,
     concurrency: int = 1,
+    cache: ShardCache | None = None,
 ) -> IterDataPipe:
     """Returns the DataPipe from shard names to samples, tuples or batches (see module doc).
 
@@ -148,6 +150,7 @@ def webdataset_pipe(
         resampled: draw shards with replacement forever (cap the epoch with ``.header(n)`` or
             :func:`webdataset_loader`'s ``samples_per_epoch``).
         concurrency: parallel GETs (for many small shards).
+        cache: a :class:`ShardCache` keeping read shards on local disk for later epochs.
     """
     cfg = resolve_config(url, config)
     names = shard_names(shards, cfg)
@@ -162,7 +165,7 @@ def webdataset_pipe(
             pipe = pipe.shuffle(buffer_size=len(names))
         pipe = pipe.sharding_filter()
     pipe = AISFileLoader(pipe, config=cfg, etl=etl, concurrency=concurrency, on_error=on_error,
-                         report=report)
+                         report=report, cache=cache)
     pipe = WebDatasetParser(pipe, on_error=on_error, report=report)
     if shuffle_buffer:
         pipe = pipe.shuffle(buffer_size=shuffle_buffer)

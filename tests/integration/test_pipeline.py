@@ -155,3 +155,25 @@ def test_two_ranks_two_workers(ais_endpoint: str, ais_client: Client, bucket: Bu
         assert len(per_rank[0]) == len(per_rank[1])
         assert set(union) <= set(keys)
         assert len(union) >= len(keys) - 2 * (10 + shards_n)
+
+
+def test_shard_cache_serves_later_epochs_and_stays_under_its_limit(
+        ais_endpoint: str, ais_client: Client, bucket: Bucket, tmp_path: Path) -> None:
+    template, keys = write_shards(ais_client, bucket, tmp_path, shards=4, per_shard=20,
+                                  payload=1000)
+    cache = aisio.ShardCache(tmp_path / "cache", max_bytes=10**9)
+    loader = aisio.webdataset_loader(template, url=ais_endpoint, num_workers=2, cache=cache)
+    try:
+        assert sorted(_keys(loader)) == sorted(keys)
+        assert len(list((tmp_path / "cache").glob("*.shard"))) == 4
+        ais_client.destroy_bucket(bucket)  # from now on, only the cache has the shards
+        assert sorted(_keys(loader)) == sorted(keys)
+    finally:
+        loader.shutdown()
+        ais_client.create_bucket(bucket, exist_ok=True)
+    small = aisio.ShardCache(tmp_path / "small", max_bytes=int(cache.size() / 2))
+    for url in aisio.AISSourceLister(template, url=ais_endpoint):
+        small.store(url, b"x" * (cache.size() // 5))
+    assert small.size() <= small.max_bytes
+    concurrent = aisio.AISFileLoader(template, url=ais_endpoint, concurrency=3, cache=cache)
+    assert len(list(concurrent.ais_parse_webdataset())) == len(keys)  # bucket gone: cache only
