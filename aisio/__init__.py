@@ -24,6 +24,7 @@ from aisio._errors import (
     PlaygroundError,
     ShardFormatError,
 )
+from aisio._explore import BucketSummary, Listing, list_buckets, ls, stat, summarize
 from aisio._pipeline import (
     ResampledShards,
     ToTuple,
@@ -32,6 +33,7 @@ from aisio._pipeline import (
     webdataset_pipe,
 )
 from aisio._playground import Playground
+from aisio._preview import Samples, SampleView, head, image_grid, show_samples
 from aisio._report import ErrorReport
 from aisio._urls import ETL
 
@@ -46,6 +48,7 @@ __all__ = [
     "AISRequestError",
     "AISSourceLister",
     "BucketNotFoundError",
+    "BucketSummary",
     "ConfigError",
     "DecodeError",
     "Decoder",
@@ -54,16 +57,26 @@ __all__ = [
     "ETLUnavailableError",
     "ErrorReport",
     "InvalidURLError",
+    "Listing",
     "ObjectChangedError",
     "ObjectNotFoundError",
     "Playground",
     "PlaygroundError",
     "ResampledShards",
+    "SampleView",
+    "Samples",
     "ShardCache",
     "ShardFormatError",
     "ToTuple",
     "WebDatasetParser",
+    "head",
+    "image_grid",
+    "list_buckets",
+    "ls",
     "make_loader",
+    "show_samples",
+    "stat",
+    "summarize",
     "to_tuple",
     "webdataset_loader",
     "webdataset_pipe",

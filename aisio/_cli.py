@@ -1,18 +1,220 @@
-"""The ``aisio`` command: ``aisio playground up | down | status`` (more subcommands to come).
+"""The ``aisio`` command: explore buckets and shards, run the benchmarks, run a local AIStore.
 
-User mistakes end in one line on stderr naming the fix and a non-zero exit, never a traceback.
+``ls``, ``stat``, ``get``, ``cat``, ``head``, ``preview``, ``bench`` and ``playground``. The
+endpoint comes from ``--endpoint``, else ``AIS_ENDPOINT``. User mistakes end in one line on stderr
+naming the fix and a non-zero exit (2 for a misused command line, 1 for the rest), never a
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import json
+import os
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, NoReturn
 
-from aisio._errors import AISIOError
+from aisio._config import AISConfig
+from aisio._display import Progress, human_bytes, text_table
+from aisio._errors import AISIOError, ConfigError
 from aisio._playground import Playground, default_playground_dir
+
+if TYPE_CHECKING:
+    from aisio._client import ObjectReader
+
+_NO_ENDPOINT = (
+    "no AIStore endpoint: pass --endpoint http://host:port or set AIS_ENDPOINT; for a local "
+    'cluster run: eval "$(aisio playground up)"'
+)
+_CHUNK = 1 << 20
+
+
+class _Fail(Exception):
+    """A user-facing failure that is not an AISIOError (one line, exit 1)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line: the problem and where help is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"aisio: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _config(args: argparse.Namespace) -> AISConfig:
+    config = AISConfig.from_env(endpoint=args.endpoint)
+    if not config.endpoint:
+        raise ConfigError(_NO_ENDPOINT)
+    return config
+
+
+# ---- commands ---------------------------------------------------------------------------------
+def _ls(args: argparse.Namespace) -> int:
+    from aisio._explore import Listing, list_buckets, ls
+
+    config = _config(args)
+    if not args.sources:
+        for name in list_buckets(config=config):
+            print(name)
+        return 0
+    listing = Listing(" ".join(args.sources), [])
+    with Progress("listing", unit="objects") as bar:
+        for source in args.sources:  # several when the shell expanded an unquoted template
+            left = None if args.limit is None else args.limit - listing.count
+            if left is not None and left <= 0:
+                listing.truncated = True
+                break
+            part = ls(source, config=config, long=args.long, limit=left, on_page=bar.update)
+            listing.entries += part.entries
+            listing.missing += part.missing
+            listing.truncated |= part.truncated
+    print(json.dumps(listing.to_json(), indent=2) if args.json else repr(listing))
+    if listing.missing:
+        shown = ", ".join(listing.missing[:10])
+        more = f" and {len(listing.missing) - 10} more" if len(listing.missing) > 10 else ""
+        raise _Fail(f"{len(listing.missing)} name(s) of the template do not exist: {shown}{more}")
+    return 0
+
+
+def _stat(args: argparse.Namespace) -> int:
+    from aisio._explore import stat
+
+    props = stat(args.object, config=_config(args))
+    if args.json:
+        doc: dict[str, object] = {**props, "name": args.object}
+        if props.get("size", "").isdigit():
+            doc["size"] = int(props["size"])
+        print(json.dumps(doc, indent=2))
+        return 0
+    size = props.get("size", "")
+    if size.isdigit():
+        props["size"] = f"{size} ({human_bytes(int(size))})"
+    atime = props.get("atime", "")
+    if atime.isdigit():  # nanoseconds since the epoch
+        when = datetime.fromtimestamp(int(atime) / 1e9, tz=timezone.utc)
+        props["atime"] = when.isoformat(timespec="seconds")
+    props.pop("name", None)
+    rows = [["name", args.object], *([k, v] for k, v in sorted(props.items()))]
+    print(text_table(["PROPERTY", "VALUE"], rows))
+    return 0
+
+
+def _open(args: argparse.Namespace) -> ObjectReader:
+    """Returns a stream over the object ``args`` names (errors before any byte is written)."""
+    from aisio._client import client_for
+    from aisio._urls import object_url, parse_ais_url, to_etl
+
+    path = parse_ais_url(args.object)
+    if not path.obj or path.obj.endswith("/") or path.is_template:
+        raise _Fail(f"{args.object} is not one object; name one, e.g. ais://bucket/file.tar "
+                    "(list a prefix with `aisio ls`)")
+    client = client_for(_config(args))
+    etl = to_etl(args.etl)
+    return client.open(object_url(client.endpoint, path, etl), name=path.uri(), etl=etl)
+
+
+def _pump(stream: ObjectReader, out: IO[bytes], label: str) -> int:
+    """Copies ``stream`` into ``out`` in chunks with a progress bar; returns the bytes copied."""
+    copied = 0
+    try:
+        with Progress(label, total=stream.size) as bar:
+            while chunk := stream.read(_CHUNK):
+                out.write(chunk)
+                copied += len(chunk)
+                bar.update(len(chunk))
+    finally:
+        stream.close()
+    out.flush()
+    return copied
+
+
+def _get(args: argparse.Namespace) -> int:
+    name = args.object.rstrip("/").rsplit("/", 1)[-1]
+    stream = _open(args)
+    if args.dest == "-":
+        _pump(stream, sys.stdout.buffer, "get")
+        return 0
+    dest = Path(args.dest) if args.dest else Path(name)
+    if dest.is_dir():
+        dest = dest / name
+    part = dest.with_name(dest.name + ".part")
+    try:
+        with open(part, "wb") as fh:
+            copied = _pump(stream, fh, "get")
+        os.replace(part, dest)
+    except OSError as exc:
+        stream.close()
+        raise _Fail(f"cannot write {dest}: {exc.strerror or exc}; choose another destination"
+                    ) from exc
+    finally:
+        part.unlink(missing_ok=True)
+    print(f"{args.object} -> {dest} ({human_bytes(copied)})")
+    return 0
+
+
+def _cat(args: argparse.Namespace) -> int:
+    _pump(_open(args), sys.stdout.buffer, "cat")
+    return 0
+
+
+def _head(args: argparse.Namespace) -> int:
+    from aisio._preview import dumps, head
+
+    views = head(args.shard, args.n, config=_config(args))
+    if args.json:
+        print(dumps(views))
+        return 0
+    rows = [[v.key, ", ".join(f"{k} {human_bytes(n)}" for k, n in v.sizes().items()),
+             v.label() or ""] for v in views]
+    print(text_table(["KEY", "FIELDS", "LABEL"], rows))
+    print(f"{len(views)} sample(s) from the start of {args.shard}")
+    return 0
+
+
+def _preview(args: argparse.Namespace) -> int:
+    from aisio._preview import head, image_grid
+
+    views = head(args.shard, args.n, config=_config(args))
+    fields = args.field or None
+    if not any(v.image_fields() for v in views) and fields is None:
+        found = sorted({f for v in views for f in v.fields})
+        raise _Fail(f"the first {len(views)} sample(s) of {args.shard} have no image field "
+                    f"(fields: {', '.join(found) or 'none'}); name one with --field")
+    fig = image_grid(views, image_fields=fields, label_field=args.label, cols=args.cols)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    try:
+        fig.savefig(args.output, format="png", dpi=args.dpi)
+    except OSError as exc:
+        raise _Fail(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+    print(f"wrote {args.output}: {len(views)} sample(s) of {args.shard}")
+    return 0
+
+
+def _bench(argv: Sequence[str]) -> int:
+    try:
+        bench = importlib.import_module("aisio._bench")
+    except ModuleNotFoundError as exc:
+        if exc.name != "aisio._bench":
+            raise
+        raise _Fail("this aisio has no benchmark suite (aisio._bench is missing); "
+                    "install a release that ships it") from exc
+    return int(bench.main(list(argv)) or 0)
 
 
 def _playground(args: argparse.Namespace) -> int:
@@ -29,17 +231,67 @@ def _playground(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- parser -----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="aisio", description="AIStore for PyTorch.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="aisio", description="AIStore for PyTorch: explore buckets and shards.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = _Parser(add_help=False)
+    common.add_argument("--endpoint", metavar="URL",
+                        help="AIStore proxy URL (default: $AIS_ENDPOINT)")
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, parents=[common])
+
+    p = add("ls", "list buckets, or the objects of a bucket, prefix or brace template")
+    p.add_argument("sources", nargs="*", metavar="SOURCE",
+                   help="ais://bucket[/prefix] or 'ais://b/s-{0..9}.tar' (quote templates); "
+                   "none: list the buckets")
+    p.add_argument("-l", "--long", action="store_true", help="add version, checksum, atime")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--limit", type=_positive, help="stop after N objects")
+    p.set_defaults(func=_ls)
+
+    p = add("stat", "show an object's properties")
+    p.add_argument("object", help="ais://bucket/object")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_stat)
+
+    for name, what in (("get", "download an object to a file"),
+                       ("cat", "write an object to stdout")):
+        p = add(name, what)
+        p.add_argument("object", help="ais://bucket/object")
+        if name == "get":
+            p.add_argument("dest", nargs="?", help="file or directory (default: the object's "
+                           "name here; '-': stdout)")
+        p.add_argument("--etl", help="apply this ETL on the server while reading")
+        p.set_defaults(func=_get if name == "get" else _cat)
+
+    p = add("head", "show the first samples of a shard: keys, fields and sizes")
+    p.add_argument("shard", help="ais://bucket/shard.tar")
+    p.add_argument("-n", type=_positive, default=5, help="samples (default 5)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_head)
+
+    p = add("preview", "render the images of a shard's first samples to a PNG grid")
+    p.add_argument("shard", help="ais://bucket/shard.tar")
+    p.add_argument("-o", "--output", default="preview.png", help="PNG file (default %(default)s)")
+    p.add_argument("-n", type=_positive, default=16, help="samples (default 16)")
+    p.add_argument("--field", action="append", help="image field(s) to draw (default: all)")
+    p.add_argument("--label", help="label field (default: cls, class, label or txt)")
+    p.add_argument("--cols", type=_positive, help="images per row (default up to 8)")
+    p.add_argument("--dpi", type=_positive, default=100, help="resolution (default 100)")
+    p.set_defaults(func=_preview)
+
+    sub.add_parser("bench", help="run the benchmark suite (`aisio bench --help`)", add_help=False)
+
     pg = sub.add_parser("playground", help="run a local AIStore (1 proxy, N targets) on 127.0.0.1")
-    pg_sub = pg.add_subparsers(dest="action", required=True)
+    pg_sub = pg.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = pg_sub.add_parser(
         "up",
         help="build the node if needed, start the cluster, print `export AIS_ENDPOINT=...` "
         '(use: eval "$(aisio playground up)")',
     )
-    up.add_argument("--targets", type=int, default=1, help="storage targets (default 1)")
+    up.add_argument("--targets", type=_positive, default=1, help="storage targets (default 1)")
     up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for readiness")
     down = pg_sub.add_parser("down", help="stop the cluster")
     down.add_argument("--wipe", action="store_true", help="also delete its data and logs")
@@ -52,13 +304,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Runs the ``aisio`` command; returns the exit status."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
     try:
+        if args_list[:1] == ["bench"]:
+            return _bench(args_list[1:])
+        args = build_parser().parse_args(args_list)
         return int(args.func(args))
-    except AISIOError as exc:
+    except (AISIOError, _Fail) as exc:
         print(f"aisio: error: {exc}", file=sys.stderr)
-        return 2
+        return 1
+    except BrokenPipeError:
+        # The reader went away (`aisio cat ... | head`): not an error; silence the final flush.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:  # a local file or directory the user named: one line, no traceback
+        print(f"aisio: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
+        print("aisio: interrupted", file=sys.stderr)
         return 130
 
 

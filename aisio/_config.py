@@ -24,7 +24,7 @@ ENV_VARS = {
 _NO_ENDPOINT = (
     "no AIStore endpoint is configured: pass url='http://host:port', "
     "config=AISConfig(endpoint=...), or set AIS_ENDPOINT "
-    "(for a local cluster run `aisio playground up`)"
+    '(for a local cluster: eval "$(aisio playground up)")'
 )
 
 

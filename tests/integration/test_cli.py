@@ -1,0 +1,192 @@
+"""The ``aisio`` command against the real AIStore: ls, stat, get, cat, head, preview, bench."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import webdataset as wds
+from PIL import Image
+
+from aisio._cli import main
+from aisio._client import Client
+from aisio._urls import AISPath, Bucket
+
+ROOT = Path(__file__).resolve().parents[2]
+ODD = "odd <name> & \"q\" 'x'.bin"
+
+
+def png(value: int, mode: str = "RGB") -> bytes:
+    out = io.BytesIO()
+    Image.new(mode, (16, 12), color=value if mode == "L" else (value, 80, 160)).save(out, "PNG")
+    return out.getvalue()
+
+
+def shard_bytes(n: int = 6) -> bytes:
+    buf = io.BytesIO()
+    with wds.TarWriter(buf) as writer:
+        for i in range(n):
+            writer.write({"__key__": f"s{i:03d}", "jpg": png(40 * i), "seg.png": png(9 * i, "L"),
+                          "cls": i % 3})
+    return buf.getvalue()
+
+
+@pytest.fixture
+def filled(ais_client: Client, bucket: Bucket) -> dict[str, bytes]:
+    """Three shards, a few plain objects and an oddly named one; returns name -> bytes."""
+    data = {f"shards/train-{i}.tar": shard_bytes() for i in range(3)}
+    data.update({"notes/a.txt": b"hello\n", "notes/b.json": b'{"k": 1}', ODD: b"odd"})
+    for name, body in data.items():
+        ais_client.put_object(AISPath(bucket, name), body)
+    return data
+
+
+Run = Callable[..., tuple[int, bytes, str]]
+
+
+@pytest.fixture
+def cli(capsysbinary: pytest.CaptureFixture[bytes], ais_endpoint: str,
+        monkeypatch: pytest.MonkeyPatch) -> Run:
+    """Runs ``aisio ARGS`` in-process against the test cluster; returns (code, stdout, stderr)."""
+    monkeypatch.setenv("AIS_ENDPOINT", ais_endpoint)
+
+    def run(*argv: str) -> tuple[int, bytes, str]:
+        code = main(list(argv))
+        out, err = capsysbinary.readouterr()
+        assert "Traceback" not in err.decode()
+        return code, out, err.decode()
+
+    return run
+
+
+def test_ls_prefix_template_json_long(cli: Run, bucket: Bucket, filled: dict[str, bytes]) -> None:
+    code, out, _ = cli("ls", bucket.uri("shards/"))
+    lines = out.decode().splitlines()
+    assert code == 0 and lines[0].split() == ["NAME", "SIZE"]
+    assert [line.split()[0] for line in lines[1:4]] == [bucket.uri(f"shards/train-{i}.tar")
+                                                        for i in range(3)]
+    total = sum(len(filled[f"shards/train-{i}.tar"]) for i in range(3))
+    assert lines[-1].startswith("3 objects, ") and "KiB" in lines[-1]
+
+    code, out, _ = cli("ls", bucket.uri(), "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["count"] == len(filled)
+    assert doc["bytes"] == sum(len(b) for b in filled.values())
+    assert {o["name"] for o in doc["objects"]} == {bucket.uri(n) for n in filled}
+
+    code, out, _ = cli("ls", "--json", bucket.uri("shards/train-{0..2}.tar"))
+    assert code == 0 and json.loads(out)["bytes"] == total
+
+    code, out, _ = cli("ls", "-l", bucket.uri("notes/"), "--limit", "1")
+    header = out.decode().splitlines()[0].split()
+    assert header[:2] == ["NAME", "SIZE"] and "VERSION" in header and "CHECKSUM" in header
+    assert "1 object, 6 B (limit reached; more exist)" in out.decode()
+
+    code, out, _ = cli("ls")
+    assert code == 0 and bucket.uri() in out.decode().splitlines()
+
+
+def test_ls_template_with_missing_names(cli: Run, bucket: Bucket, filled: dict[str, bytes]) -> None:
+    code, out, err = cli("ls", bucket.uri("shards/train-{0..4}.tar"))
+    assert code == 1
+    assert "3 objects" in out.decode()
+    assert err.count("\n") == 1 and "2 name(s) of the template do not exist" in err
+    assert bucket.uri("shards/train-4.tar") in err
+
+
+def test_stat(cli: Run, bucket: Bucket, filled: dict[str, bytes]) -> None:
+    code, out, _ = cli("stat", bucket.uri(ODD))
+    rows = dict(line.split(None, 1) for line in out.decode().splitlines()[1:])
+    assert code == 0 and rows["size"] == "3 (3 B)" and rows["name"] == bucket.uri(ODD)
+    code, out, _ = cli("stat", "--json", bucket.uri("notes/b.json"))
+    doc = json.loads(out)
+    assert doc["size"] == 8 and doc["name"] == bucket.uri("notes/b.json")
+
+
+def test_get_and_cat(cli: Run, bucket: Bucket, filled: dict[str, bytes], tmp_path: Path,
+                     monkeypatch: pytest.MonkeyPatch) -> None:
+    shard = filled["shards/train-1.tar"]
+    code, out, _ = cli("get", bucket.uri("shards/train-1.tar"), str(tmp_path))
+    assert code == 0 and (tmp_path / "train-1.tar").read_bytes() == shard
+    assert out.decode().startswith(
+        f"{bucket.uri('shards/train-1.tar')} -> {tmp_path / 'train-1.tar'} (")
+    code, _, _ = cli("get", bucket.uri(ODD), str(tmp_path / "renamed.bin"))
+    assert code == 0 and (tmp_path / "renamed.bin").read_bytes() == b"odd"
+    monkeypatch.chdir(tmp_path)
+    code, _, _ = cli("get", bucket.uri("notes/a.txt"))
+    assert code == 0 and (tmp_path / "a.txt").read_bytes() == b"hello\n"
+    code, out, _ = cli("get", bucket.uri("notes/a.txt"), "-")
+    assert code == 0 and out == b"hello\n"
+    code, out, _ = cli("cat", bucket.uri("shards/train-2.tar"))
+    assert code == 0 and out == filled["shards/train-2.tar"]
+
+
+def test_head(cli: Run, bucket: Bucket, filled: dict[str, bytes]) -> None:
+    code, out, _ = cli("head", bucket.uri("shards/train-0.tar"), "-n", "2")
+    lines = out.decode().splitlines()
+    assert code == 0 and lines[0].split() == ["KEY", "FIELDS", "LABEL"]
+    assert lines[1].startswith("s000") and "cls 1 B" in lines[1] and "seg.png" in lines[1]
+    assert lines[-1] == f"2 sample(s) from the start of {bucket.uri('shards/train-0.tar')}"
+    code, out, _ = cli("head", "--json", "-n", "10", bucket.uri("shards/train-0.tar"))
+    samples = json.loads(out)
+    assert [s["key"] for s in samples] == [f"s{i:03d}" for i in range(6)]
+    assert set(samples[0]["fields"]) == {"jpg", "seg.png", "cls"}
+
+
+def test_preview_writes_a_png_grid(cli: Run, bucket: Bucket, filled: dict[str, bytes],
+                                   tmp_path: Path) -> None:
+    grid = tmp_path / "grid.png"
+    code, out, _ = cli("preview", bucket.uri("shards/train-0.tar"), "-o", str(grid), "-n", "4")
+    assert code == 0 and "4 sample(s)" in out.decode()
+    with Image.open(grid) as image:
+        assert image.format == "PNG" and image.width > 400
+    code, _, _ = cli("preview", bucket.uri("shards/train-0.tar"), "-o", str(grid), "-n", "3",
+                     "--field", "seg.png", "--cols", "3", "--dpi", "50")
+    assert code == 0
+    code, _, err = cli("preview", bucket.uri("notes/a.txt"), "-o", str(tmp_path / "x.png"))
+    assert code == 1 and err.count("\n") == 1 and "is truncated" in err
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["ls", "ais://aisio-no-such-bucket"], "does not exist"),
+    (["stat", "{b}/missing"], "does not exist"),
+    (["get", "{b}/missing"], "does not exist"),
+    (["cat", "{b}/missing"], "does not exist"),
+    (["head", "{b}/missing.tar"], "does not exist"),
+    (["get", "{b}/etl.bin", "--etl", "resize"], "ETL 'resize'"),
+])
+def test_user_mistakes_are_one_line(cli: Run, bucket: Bucket, argv: list[str], expected: str,
+                                    ais_client: Client, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    ais_client.put_object(AISPath(bucket, "etl.bin"), b"x")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(*(a.replace("{b}", bucket.uri().rstrip("/")) for a in argv))
+    assert code == 1 and out == b""
+    assert err.count("\n") == 1 and err.startswith("aisio: error: ") and expected in err
+    assert list(tmp_path.iterdir()) == []  # a failed get leaves no file
+
+
+def test_as_a_process_a_mistake_prints_no_traceback(ais_endpoint: str, bucket: Bucket) -> None:
+    env = {**os.environ, "AIS_ENDPOINT": ais_endpoint, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "aisio", "stat", bucket.uri("missing")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"aisio: error: object {bucket.uri('missing')} does not exist")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("aisio._bench") is None,
+                    reason="aisio._bench (the benchmark suite) is not in this checkout yet")
+def test_bench_help_is_forwarded(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "--help"])
+    assert info.value.code == 0
+    assert "usage:" in capsys.readouterr().out

@@ -1,0 +1,174 @@
+"""Every example script and the exploration notebook, run end to end against the real AIStore."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import re
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from sklearn.datasets import load_sample_images
+
+import aisio
+from aisio._client import Client
+from aisio._explore import ls
+from aisio._urls import Bucket
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK = ROOT / "notebooks" / "explore.ipynb"
+
+
+@pytest.fixture
+def example(monkeypatch: pytest.MonkeyPatch, ais_endpoint: str) -> Callable[[str], ModuleType]:
+    """Imports an example script as a module, with AIS_ENDPOINT pointing at the test cluster."""
+    monkeypatch.setenv("AIS_ENDPOINT", ais_endpoint)
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    return importlib.import_module
+
+
+@pytest.fixture
+def new_bucket(ais_client: Client) -> Iterator[Callable[[], str]]:
+    """Returns fresh ``ais://`` bucket names; destroys those buckets afterwards."""
+    names: list[str] = []
+
+    def make() -> str:
+        names.append(f"aisio-example-{uuid.uuid4().hex[:10]}")
+        return f"ais://{names[-1]}"
+
+    yield make
+    for name in names:
+        ais_client.destroy_bucket(Bucket(name))
+
+
+def crops(stride: int, crop: int = 32) -> int:
+    """Returns how many crops example 1 cuts from scikit-learn's two photos."""
+    return sum(len(range(0, p.shape[0] - crop + 1, stride)) * len(range(0, p.shape[1] - crop + 1,
+                                                                        stride))
+               for p in load_sample_images().images)
+
+
+def test_convert_dataset(example: Callable[[str], ModuleType], new_bucket: Callable[[], str],
+                         ais_endpoint: str, tmp_path: Path,
+                         capsys: pytest.CaptureFixture[str]) -> None:
+    convert = example("convert_dataset")
+    expected = crops(96)
+    root = tmp_path / "dataset"
+    assert convert.build_dataset(root, stride=96) == expected
+    assert len(list((root / "images").glob("*.jpg"))) == expected
+    assert len(list((root / "masks").glob("*.png"))) == expected
+    (root / "masks" / "flower_096_192.png").unlink()  # an incomplete record is skipped
+
+    result = convert.convert(root, ais_endpoint, new_bucket(), per_shard=20)
+    assert result.samples == expected - 1
+    assert len(result.shards) == math.ceil((expected - 1) / 20)
+    samples = list(aisio.AISFileLoader(result.template, url=ais_endpoint).ais_parse_webdataset())
+    assert len(samples) == result.samples
+    assert "flower_096_192" not in {s["__key__"] for s in samples}
+    for sample in samples:
+        assert set(sample) == {"__key__", "__url__", "cls", "image.jpg", "mask.png"}
+        assert int(sample["cls"]) == convert.CLASSES.index(sample["__key__"].split("_")[0])
+    decoded = aisio.Decoder("l8")(samples[0])
+    assert decoded["image.jpg"].shape == (32, 32)
+    assert set(decoded["mask.png"].ravel().tolist()) <= {0, 255}
+
+    assert convert.main(["--bucket", new_bucket(), "--stride", "128", "--per-shard", "30"]) == 0
+    out = capsys.readouterr().out
+    assert f"uploaded {crops(128)} samples as {math.ceil(crops(128) / 30)} shards" in out
+
+
+def test_dsort_shuffle(example: Callable[[str], ModuleType], new_bucket: Callable[[], str],
+                       ais_endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    dsort = example("dsort_shuffle")
+    bucket = new_bucket()
+    assert dsort.main(["--bucket", bucket, "--stride", "96", "--per-shard", "20",
+                       "--shard-size", "16KiB"]) == 0
+    out = capsys.readouterr().out
+    n = crops(96)
+    assert f"input: {n} samples in 4 shards" in out
+    assert f"all {n} samples kept, each with its fields cls, image.jpg, mask.png" in out
+    assert "order changed: True" in out
+    shuffled = ls(f"{bucket}/shuffled-", endpoint=ais_endpoint)
+    assert shuffled.count >= 3  # about 16 KiB of content each
+    keys = dsort.sample_keys([e.name for e in shuffled.entries], ais_endpoint)
+    assert len(keys) == n and len({k for k, _ in keys}) == n
+
+
+def test_etl_urls(example: Callable[[str], ModuleType], new_bucket: Callable[[], str],
+                  ais_endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    etl = example("etl_urls")
+    bucket = new_bucket().removeprefix("ais://")
+    outcome = etl.run(ais_endpoint, bucket, aisio.ETL("resize-images", {"width": 8}))
+    assert len(outcome.urls) == 2 and outcome.plain_samples == 10
+    for url in outcome.urls:
+        assert url.startswith(f"{ais_endpoint}/v1/objects/{bucket}/text-0")
+        assert "etl_name=resize-images" in url and "etl_args=%7B%22width%22%3A8%7D" in url
+    assert isinstance(outcome.error, aisio.ETLUnavailableError)
+    assert outcome.error.status == 501 and "'resize-images'" in str(outcome.error)
+    assert etl.main(["--bucket", bucket, "--etl", "blur"]) == 0
+    out = capsys.readouterr().out
+    assert "with the ETL: ETLUnavailableError: ETL 'blur'" in out and "Kubernetes" in out
+
+
+def test_dataloader2_pipeline(example: Callable[[str], ModuleType],
+                              new_bucket: Callable[[], str],
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    pipeline = example("dataloader2_pipeline")
+    argv = ["--bucket", new_bucket(), "--stride", "96", "--epochs", "2", "--workers", "2",
+            "--worker-batch", "8", "--batch-size", "32"]
+    assert pipeline.main(argv) == 0
+    out = capsys.readouterr().out
+    n = crops(96)
+    assert f"{n} samples in ais://" in out
+    assert "first batch: images (32, 3, 32, 32), labels (32,), masks (32, 3, 32, 32)" in out
+    epochs = re.findall(r"epoch (\d): (\d+) samples in (\d+) batches", out)
+    assert epochs == [("1", str(n), str(math.ceil(n / 32))), ("2", str(n), str(math.ceil(n / 32)))]
+
+
+def test_train_digits(example: Callable[[str], ModuleType], new_bucket: Callable[[], str],
+                      monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    train = example("train_digits")
+    monkeypatch.setattr(sys, "argv", ["train_digits.py", "--bucket", new_bucket(), "--epochs", "1",
+                                      "--per-shard", "600", "--workers", "2"])
+    assert train.main() == 0
+    out = capsys.readouterr().out
+    assert "uploaded 1797 samples as 3 shards" in out
+    assert re.search(r"epoch 1: 1797 samples in [\d.]+ s", out)
+
+
+def test_notebook_is_stored_without_outputs() -> None:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(nb)
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert code
+    for cell in code:
+        assert cell.outputs == [] and cell.execution_count is None, cell.source[:60]
+
+
+def test_notebook_runs_end_to_end(ais_endpoint: str, tmp_path: Path) -> None:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = NotebookClient(nb, timeout=180, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
+    env = {**os.environ, "AIS_ENDPOINT": ais_endpoint, "PYTHONPATH": str(ROOT),
+           "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    client.execute(env=env)  # raises CellExecutionError on the first failing cell
+    outputs = {cell.source.splitlines()[0]: cell.outputs for cell in nb.cells
+               if cell.cell_type == "code"}
+    by_type = {line: {k for o in outs for k in o.get("data", {})} for line, outs in outputs.items()}
+    assert "text/html" in by_type['listing = aisio.ls(f"ais://{BUCKET}/", endpoint=endpoint)']
+    assert "text/html" in by_type["summary = aisio.summarize(listing)"]
+    assert "text/html" in by_type['samples = aisio.head(f"ais://{BUCKET}/photos-00.tar", 4, '
+                                  'endpoint=endpoint)']
+    grid = 'aisio.show_samples(f"ais://{BUCKET}/photos-03.tar", 6, endpoint=endpoint)'
+    assert "image/png" in by_type[grid]
+    printed = "".join(o.get("text", "") for outs in outputs.values() for o in outs)
+    assert re.search(r"one epoch: (\d+) samples of \1\b", printed)
+    html = next(o["data"]["text/html"] for o in outputs["samples[0]"])
+    assert 'src="data:image/png;base64,' in html
