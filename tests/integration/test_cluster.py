@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -37,3 +38,27 @@ def test_missing_bucket_and_object_are_404(ais_client: Client, bucket: Bucket) -
         ais_client.get_bytes(AISPath(bucket, "nope"))
     assert info2.value.status == 404
     assert "nope" in str(info2.value)
+
+
+def test_three_targets(tmp_path: Path) -> None:
+    from aisio import AISConfig, AISFileLoader, Playground
+    from aisio._client import client_for
+
+    playground = Playground(tmp_path / "pg3", ntargets=3)
+    endpoint = playground.up()
+    try:
+        status = playground.status()
+        assert status["ready"] and len(status["nodes"]) == 4
+        client = client_for(AISConfig(endpoint=endpoint))
+        bucket = Bucket("three")
+        client.create_bucket(bucket)
+        for i in range(30):
+            client.put_object(AISPath(bucket, f"o{i:02d}"), bytes([i]) * 100)
+        homes = {client.head_object(AISPath(bucket, f"o{i:02d}"))["location"].split(":")[0]
+                 for i in range(30)}
+        assert len(homes) >= 2  # objects live on different targets
+        got = {u: s.read() for u, s in AISFileLoader(bucket.uri("o{00..29}"), url=endpoint)}
+        assert got == {bucket.uri(f"o{i:02d}"): bytes([i]) * 100 for i in range(30)}
+    finally:
+        playground.down(wipe=True, quiet=True)
+    assert not playground.status()["running"]
