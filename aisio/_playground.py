@@ -314,12 +314,11 @@ class Playground:
         config_path = self.root / "cluster.json"
         config = cluster_config(self.endpoint, self.tls, self.auth_secret)
         config_path.write_text(json.dumps(config, indent=2))
-        env = _node_env()
         try:
-            self._spawn(binary, proxy, config_path, env)
+            self._spawn(binary, proxy)
             self._wait(lambda: self._get("/v1/health") == 200, 30.0, "the proxy to answer")
             for target in targets:
-                self._spawn(binary, target, config_path, env)
+                self._spawn(binary, target)
             self._save_state()
             self._wait(self.ready, timeout, f"{self.ntargets} target(s) to join")
         except BaseException:
@@ -330,22 +329,26 @@ class Playground:
                  f"(1 proxy, {self.ntargets} target(s); data in {self.root})")
         return self.endpoint
 
-    def _spawn(self, binary: Path, node: Node, config_path: Path, env: dict[str, str]) -> None:
+    def _spawn(self, binary: Path, node: Node) -> None:
         home = self.root / node.name
         # A fresh cluster each time: a persisted config or old mountpath metadata would win over
         # (or clash with) the new ports and cluster id.
         shutil.rmtree(home, ignore_errors=True)
         for sub in ("conf", "log"):
             (home / sub).mkdir(parents=True, exist_ok=True)
-        local_path = home / "local.json"
         local = local_config(self.root, node, free_port(), free_port())
-        local_path.write_text(json.dumps(local, indent=2))
-        cmd = [str(binary), f"-config={config_path}", f"-local_config={local_path}",
-               f"-role={node.role}"]
+        (home / "local.json").write_text(json.dumps(local, indent=2))
+        self._launch(binary, node)
+
+    def _launch(self, binary: Path, node: Node) -> None:
+        """Starts one node process from the configs already written for it."""
+        home = self.root / node.name
+        cmd = [str(binary), f"-config={self.root / 'cluster.json'}",
+               f"-local_config={home / 'local.json'}", f"-role={node.role}"]
         if node.role == "proxy":
             cmd.append(f"-ntargets={self.ntargets}")
         with open(home / "stdout.log", "ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=_node_env(),
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         node.pid = proc.pid
         self._procs[proc.pid] = proc
@@ -447,15 +450,7 @@ class Playground:
     def restart(self, name: str, timeout: float = READY_TIMEOUT) -> None:
         """Starts a stopped node again on its old port and waits for the cluster to be ready."""
         node = next(n for n in self.nodes if n.name == name)
-        binary = self.binary or build_node(log=self.log)
-        home = self.root / node.name
-        cmd = [str(binary), f"-config={self.root / 'cluster.json'}",
-               f"-local_config={home / 'local.json'}", f"-role={node.role}"]
-        with open(home / "stdout.log", "ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=_node_env(),
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        node.pid = proc.pid
-        self._procs[proc.pid] = proc
+        self._launch(self.binary or build_node(log=self.log), node)
         self._save_state()
         self._wait(self.ready, timeout, f"{name} to rejoin")
 
