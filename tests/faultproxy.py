@@ -35,18 +35,21 @@ class FaultProxy:
         reset_probability: chance that a GET answer is reset at a random byte.
         min_body: only break answers whose remaining body is larger than this.
         fail_statuses: answer the first requests with these statuses instead (e.g. [503, 429]).
+        break_paths: only GETs whose path starts with one of these are broken.
         seed: for the random resets.
     """
 
     def __init__(self, upstream: str, *, cut_after: int | None = None,
                  reset_probability: float = 0.0, min_body: int = 0,
-                 fail_statuses: tuple[int, ...] = (), seed: int = 0) -> None:
+                 fail_statuses: tuple[int, ...] = (),
+                 break_paths: tuple[str, ...] = ("/v1/objects/",), seed: int = 0) -> None:
         self.upstream = upstream.rstrip("/")
         self.cut_after = cut_after
         self.reset_probability = reset_probability
         self.min_body = min_body
         self.rng = random.Random(seed)
         self.fail_statuses = list(fail_statuses)
+        self.break_paths = break_paths
         self.lock = threading.Lock()
         self.breaks = 0
         self.requests = 0
@@ -65,12 +68,15 @@ class FaultProxy:
         self.server.shutdown()
         self.server.server_close()
 
-    def _cut_point(self, body_len: int) -> int | None:
-        if body_len <= self.min_body:
+    def _cut_point(self, body_len: int | None) -> int | None:
+        """Returns where to break an answer of ``body_len`` bytes (None: unknown, streamed)."""
+        if body_len is not None and body_len <= self.min_body:
             return None
         with self.lock:
-            if self.cut_after is not None and body_len > self.cut_after:
+            if self.cut_after is not None and (body_len is None or body_len > self.cut_after):
                 return self.cut_after
+            if body_len is None:
+                return None
             if self.reset_probability and self.rng.random() < self.reset_probability:
                 return self.rng.randrange(0, body_len)
         return None
@@ -103,16 +109,20 @@ class FaultProxy:
                            if k.lower() not in _HOP_HEADERS | {"host", "content-length"}}
                 resp = session.request(method, proxy.upstream + self.path, headers=headers,
                                        data=body, stream=True, allow_redirects=True, timeout=30)
-                payload_len = int(resp.headers.get("Content-Length") or 0)
+                length = resp.headers.get("Content-Length")
+                payload_len = int(length) if length is not None else None
                 self.send_response(resp.status_code)
                 for key, value in resp.headers.items():
                     if key.lower() not in _HOP_HEADERS:
                         self.send_header(key, value)
+                if payload_len is None:  # streamed upstream: the end of our answer is a close
+                    self.send_header("Connection", "close")
+                    self.close_connection = True
                 self.end_headers()
                 if method == "HEAD":
                     resp.close()
                     return
-                is_object = self.path.startswith("/v1/objects/")
+                is_object = self.path.startswith(proxy.break_paths)
                 cut = proxy._cut_point(payload_len) if method == "GET" and is_object else None
                 sent = 0
                 for chunk in resp.raw.stream(64 * 1024, decode_content=False):

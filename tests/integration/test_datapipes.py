@@ -9,6 +9,7 @@ import pytest
 import requests
 from torchdata.datapipes.iter import IterableWrapper
 
+import aisio
 from aisio import (
     ETL,
     AISConfig,
@@ -190,3 +191,42 @@ def test_config_object_and_env(monkeypatch: pytest.MonkeyPatch, ais_endpoint: st
     assert len(list(AISFileLister(bucket.uri(), config=AISConfig(endpoint=ais_endpoint)))) == 20
     monkeypatch.setenv("AIS_ENDPOINT", ais_endpoint)
     assert len(list(AISFileLister(bucket.uri()))) == 20
+
+
+def test_get_batch_reads_many_small_objects_in_order(ais_endpoint: str, ais_client: Client,
+                                                     bucket: Bucket) -> None:
+    names = [f"small/{i:03d}{ODD_NAMES[i % len(ODD_NAMES)]}" for i in range(70)]
+    for i, name in enumerate(names):
+        ais_client.put_object(AISPath(bucket, name), f"body-{i}".encode() * (i + 1))
+    listed = list(AISFileLister(bucket.uri("small/"), url=ais_endpoint))
+    expected = {bucket.uri(n): f"body-{i}".encode() * (i + 1) for i, n in enumerate(names)}
+    got = [(u, s.read()) for u, s in AISFileLoader(listed, url=ais_endpoint, batch_get=16)]
+    assert [u for u, _ in got] == listed
+    assert dict(got) == expected
+
+
+def test_get_batch_falls_back_and_skips_a_missing_object(ais_endpoint: str, ais_client: Client,
+                                                         bucket: Bucket) -> None:
+    for i in range(10):
+        ais_client.put_object(AISPath(bucket, f"o{i}"), bytes([i]))
+    names = [bucket.uri(f"o{i}") for i in range(5)] + [bucket.uri("gone")] + [
+        bucket.uri(f"o{i}") for i in range(5, 10)]
+    report = aisio.ErrorReport()
+    got = [s.read() for _, s in AISFileLoader(names, url=ais_endpoint, batch_get=4,
+                                              on_error="skip", report=report)]
+    assert got == [bytes([i]) for i in range(10)]
+    assert [r["shard"] for r in report.records()] == [bucket.uri("gone")]
+
+
+def test_get_batch_resumes_a_broken_answer(ais_endpoint: str, ais_client: Client,
+                                           bucket: Bucket) -> None:
+    from tests.faultproxy import fault_proxy
+
+    for i in range(60):
+        ais_client.put_object(AISPath(bucket, f"b{i:02d}"), bytes([i]) * 3000)
+    names = [bucket.uri(f"b{i:02d}") for i in range(60)]
+    with fault_proxy(ais_endpoint, cut_after=40_000, break_paths=("/v1/ml/moss/",)) as proxy:
+        config = AISConfig(endpoint=proxy.endpoint, backoff=0.01, max_retries=5)
+        got = [s.read() for _, s in AISFileLoader(names, config=config, batch_get=60)]
+        assert proxy.breaks >= 3
+    assert got == [bytes([i]) * 3000 for i in range(60)]
