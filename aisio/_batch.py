@@ -29,18 +29,25 @@ def batch_url(endpoint: str, bucket: Bucket) -> str:
     return f"{endpoint}/v1/ml/moss/{quote(bucket.name, safe='')}?{urlencode(bucket.query())}"
 
 
+#: How Get-Batch names the member that stands for a missing object (with ``coer`` on).
+MISSING_PREFIX = "__404__/"
+
+
 def batch_body(names: Sequence[str]) -> dict[str, object]:
     """Returns the Get-Batch request body: the objects, streamed back as one plain tar, in order.
 
-    ``coer`` off: a missing object fails the request (the caller then reads one by one, so the
-    error names that object); ``onob``: tar members are named by object name alone.
+    ``coer`` (continue on error): a missing object becomes an empty ``__404__/<name>`` member
+    instead of ending the answer early; ``onob``: members are named by object name alone.
     """
-    return {"in": [{"objname": name} for name in names], "mime": ".tar", "coer": False,
+    return {"in": [{"objname": name} for name in names], "mime": ".tar", "coer": True,
             "onob": True, "strm": True}
 
 
-def get_batch(client: Client, bucket: Bucket, names: Sequence[str]) -> Iterator[tuple[str, bytes]]:
+def get_batch(client: Client, bucket: Bucket, names: Sequence[str]
+              ) -> Iterator[tuple[str, bytes | None]]:
     """Yields ``(name, bytes)`` for every name, in order, from as few Get-Batch requests as can be.
+
+    A missing object is yielded as ``(name, None)``.
 
     If the answer breaks mid-stream, the objects not yet yielded are asked for again (none is
     yielded twice), up to the config's ``max_retries`` times without progress.
@@ -58,7 +65,9 @@ def get_batch(client: Client, bucket: Bucket, names: Sequence[str]) -> Iterator[
                                   json=batch_body(wanted), stream=True)
             with resp:
                 for member in iter_tar(resp.raw, url=bucket.uri()):
-                    if done == len(names) or member.name != names[done]:
+                    missing = member.name == MISSING_PREFIX + (names[done] if done < len(names)
+                                                               else "")
+                    if done == len(names) or (member.name != names[done] and not missing):
                         raise ShardFormatError(
                             f"Get-Batch from {bucket.uri()} answered {member.name!r} where "
                             f"{names[done] if done < len(names) else 'nothing'!r} was due; "
@@ -66,7 +75,7 @@ def get_batch(client: Client, bucket: Bucket, names: Sequence[str]) -> Iterator[
                             url=bucket.uri(), member=member.name, offset=member.offset)
                     done += 1
                     failures = 0
-                    yield member.name, member.data
+                    yield names[done - 1], None if missing else member.data
         except _BROKEN as exc:
             # A broken stream shows up as a transient error or as a truncated tar.
             if isinstance(exc, ShardFormatError) and "truncated" not in str(exc):

@@ -27,7 +27,7 @@ from aisio._batch import get_batch
 from aisio._cache import ShardCache
 from aisio._client import Client, client_for
 from aisio._config import AISConfig, resolve_config
-from aisio._errors import AISIOError, InvalidURLError
+from aisio._errors import AISIOError, InvalidURLError, ObjectNotFoundError
 from aisio._report import ErrorReport
 from aisio._samples import group_samples
 from aisio._sources import (
@@ -64,6 +64,10 @@ def _skip(on_error: OnError, report: ErrorReport, error: AISIOError, shard: str)
 
 class _AISDataPipe(IterDataPipe):
     """Shared plumbing: the effective config, the per-process client, and ``len()``."""
+
+    # torch checks this attribute on every item; found on the class, the lookup stays cheap
+    # (a miss falls through IterDataPipe.__getattr__, about 1 us a sample).
+    _is_child_datapipe = False
 
     def __init__(self, url: str | None, config: AISConfig | None, length: int) -> None:
         self.config = resolve_config(url, config)
@@ -357,15 +361,25 @@ class AISFileLoader(_AISDataPipe):
             return
         done = 0
         if group[0][4] is None and len(group) > 1:
-            try:
-                for _, data in get_batch(group[0][1], group[0][3].bucket,
-                                         [req[3].obj for req in group]):
-                    name = group[done][0]
-                    done += 1
-                    yield name, StreamWrapper(io.BytesIO(data), name=name)
-            except AISIOError as exc:
-                log.debug("aisio: Get-Batch refused (%s); reading %d object(s) one by one",
-                          exc, len(group) - done)
+            batch = get_batch(group[0][1], group[0][3].bucket, [req[3].obj for req in group])
+            while True:
+                try:
+                    _, data = next(batch)
+                except StopIteration:
+                    break
+                except AISIOError as exc:
+                    log.debug("aisio: Get-Batch refused (%s); reading %d object(s) one by one",
+                              exc, len(group) - done)
+                    break
+                name, path = group[done][0], group[done][3]
+                done += 1
+                if data is None:
+                    _skip(self.on_error, self.report, ObjectNotFoundError(
+                        f"object {path.uri()} does not exist; check the name, or list the "
+                        "bucket to see what is there", url=path.uri(), missing=(path.uri(),)),
+                        name)
+                    continue
+                yield name, StreamWrapper(io.BytesIO(data), name=name)
         for name, client, url, path, etl in group[done:]:
             try:
                 data = _fetch(client, url, path, etl, self.cache)
@@ -425,6 +439,8 @@ class WebDatasetParser(IterDataPipe):
         >>> samples = AISFileLoader(["ais://b/shard-{0..9}.tar"], url=endpoint
         ...                         ).ais_parse_webdataset()                    # doctest: +SKIP
     """
+
+    _is_child_datapipe = False  # see _AISDataPipe
 
     def __init__(self, source_datapipe: Iterable[tuple[str, Any]], *,
                  on_error: OnError = "raise", report: ErrorReport | None = None) -> None:

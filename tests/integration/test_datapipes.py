@@ -230,3 +230,11 @@ def test_get_batch_resumes_a_broken_answer(ais_endpoint: str, ais_client: Client
         got = [s.read() for _, s in AISFileLoader(names, config=config, batch_get=60)]
         assert proxy.breaks >= 3
     assert got == [bytes([i]) * 3000 for i in range(60)]
+
+
+def test_get_batch_names_a_missing_object(ais_endpoint: str, ais_client: Client,
+                                          bucket: Bucket) -> None:
+    ais_client.put_object(AISPath(bucket, "here"), b"1")
+    with pytest.raises(ObjectNotFoundError, match="gone"):
+        list(AISFileLoader([bucket.uri("here"), bucket.uri("gone")], url=ais_endpoint,
+                           batch_get=8))

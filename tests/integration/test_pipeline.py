@@ -177,3 +177,15 @@ def test_shard_cache_serves_later_epochs_and_stays_under_its_limit(
     assert small.size() <= small.max_bytes
     concurrent = aisio.AISFileLoader(template, url=ais_endpoint, concurrency=3, cache=cache)
     assert len(list(concurrent.ais_parse_webdataset())) == len(keys)  # bucket gone: cache only
+
+
+def test_decode_threads_keep_order_and_values(ais_endpoint: str,
+                                              shards: tuple[str, list[str]]) -> None:
+    template, keys = shards
+    plain = list(aisio.webdataset_pipe(template, url=ais_endpoint, shuffle_shards=False,
+                                       decode="pil", tuple_fields=("cls",)))
+    threaded = list(aisio.webdataset_pipe(template, url=ais_endpoint, shuffle_shards=False,
+                                          decode="pil", decode_threads=3,
+                                          tuple_fields=("cls",)))
+    assert threaded == plain
+    assert len(plain) == len(keys)

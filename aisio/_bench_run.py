@@ -1,0 +1,196 @@
+"""Runs each benchmark arm in a fresh process and measures its time and peak memory.
+
+Parent side: :func:`run_isolated` starts the arm in a child forked from a *forkserver* (a clean
+process that has imported aisio, torch, the SDK and webdataset once, so each arm starts in
+milliseconds without inheriting the suite's own memory), polls the resident memory of the child
+and all its descendants (DataLoader2 workers, curl) from ``/proc`` every 20 ms, and reads the
+child's JSON result.
+
+Child side: :func:`run_job` sets the arm up, runs the warm-up passes, then the timed passes,
+checking every pass's byte and sample counts against the dataset.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import resource
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aisio._bench_arms import ARMS, Counts, Job
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_POLL_SECONDS = 0.02
+_PRELOAD = ["aisio._bench_run", "aisio._bench_keepup", "webdataset", "aistore.sdk"]
+_context: Any = None
+
+
+def self_rss() -> int:
+    """Returns this process's resident set size in bytes."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * _PAGE
+
+
+def descendants(pid: int) -> list[int]:
+    """Returns the pids of every descendant of ``pid`` (children, their children, ...)."""
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        each = stack.pop()
+        try:
+            for tid in os.listdir(f"/proc/{each}/task"):
+                with open(f"/proc/{each}/task/{tid}/children") as fh:
+                    children = [int(child) for child in fh.read().split()]
+                found.extend(children)
+                stack.extend(children)
+        except (OSError, ValueError):
+            continue  # the process ended while we looked
+    return found
+
+
+def rss(pid: int) -> int:
+    """Returns the resident set size of ``pid`` in bytes (0 once it has ended)."""
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * _PAGE
+    except (OSError, ValueError):
+        return 0
+
+
+def private_memory(pid: int) -> int:
+    """Returns the memory only ``pid`` uses (private clean + dirty pages), in bytes."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                    total += int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return 0
+    return total
+
+
+class PeakMemory:
+    """Tracks the peak memory of a process tree: the root's RSS plus its descendants' own pages.
+
+    A forked child (a DataLoader2 worker, a fork about to exec curl) shares its parent's pages
+    copy-on-write; its RSS would count them again, so a descendant counts with its *private*
+    pages only (``smaps_rollup``: what it copied or allocated itself). That file is slow to read
+    (several ms), so descendants are re-read every ``private_every`` seconds; the root's RSS is
+    read at every poll.
+    """
+
+    def __init__(self, pid: int, private_every: float = 0.25) -> None:
+        self.pid = pid
+        self.peak = 0
+        self.private_every = private_every
+        self._private: dict[int, int] = {}
+        self._read_at = 0.0
+
+    def poll(self) -> None:
+        """Reads the tree once and updates :attr:`peak`."""
+        now = time.monotonic()
+        if now - self._read_at >= self.private_every:
+            self._private = {child: private_memory(child) for child in descendants(self.pid)}
+            self._read_at = now
+        self.peak = max(self.peak, rss(self.pid) + sum(self._private.values()))
+
+
+def _maxrss(who: int) -> int:
+    return resource.getrusage(who).ru_maxrss * 1024  # kilobytes on Linux
+
+
+def _check(job: Job, counts: Counts) -> None:
+    nbytes, samples = counts
+    if nbytes != job.nbytes or samples != job.samples:
+        raise AssertionError(
+            f"arm {job.arm} read {nbytes:,} bytes / {samples:,} samples of {job.workload}; "
+            f"the dataset has {job.nbytes:,} / {job.samples:,}"
+        )
+
+
+def run_job(job: Job) -> dict[str, Any]:
+    """Returns the timings of ``job`` (child side): warm-up passes, then ``job.repeat`` timed.
+
+    Raises:
+        AssertionError: a pass read a different number of bytes or samples than the dataset has.
+    """
+    run = ARMS[job.kind][job.arm].setup(job)
+    try:
+        base = self_rss()
+        for _ in range(job.warmup):
+            _check(job, run())
+        times = []
+        for _ in range(job.repeat):
+            start = time.perf_counter()
+            counts = run()
+            times.append(time.perf_counter() - start)
+            _check(job, counts)
+    finally:
+        close = getattr(run, "close", None)
+        if close is not None:
+            close()
+    return {"times": times, "base_rss": base, "self_maxrss": _maxrss(resource.RUSAGE_SELF),
+            "children_maxrss": _maxrss(resource.RUSAGE_CHILDREN)}
+
+
+def _child(fn: Callable[[Any], dict[str, Any]], arg: Any, out: str, start_method: str) -> None:
+    # A forkserver child inherits the forkserver start method; DataLoader2 workers must start the
+    # way they do in the user's process (fork on Linux), not from the suite's forkserver.
+    multiprocessing.set_start_method(start_method, force=True)
+    try:
+        result = {"ok": True, **fn(arg)}
+    except BaseException as exc:  # reported to the parent, which goes on with the next arm
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                  "traceback": traceback.format_exc(limit=8)}
+    Path(out).write_text(json.dumps(result))
+
+
+def _get_context() -> Any:
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(_PRELOAD)
+    return _context
+
+
+def run_isolated(fn: Callable[[Any], dict[str, Any]], arg: Any, *, timeout: float
+                 ) -> dict[str, Any]:
+    """Returns ``fn(arg)`` run in a fresh process, with ``peak_rss`` (bytes) of its process tree.
+
+    The result has ``ok``; on failure (an exception, a crash, or ``timeout`` seconds passed) it
+    has ``error`` instead of ``fn``'s keys.
+    """
+    with tempfile.TemporaryDirectory(prefix="aisio-bench-") as tmp:
+        out = os.path.join(tmp, "result.json")
+        method = multiprocessing.get_start_method()
+        proc = _get_context().Process(target=_child, args=(fn, arg, out, method), daemon=False)
+        proc.start()
+        assert proc.pid is not None
+        memory = PeakMemory(proc.pid)
+        deadline = time.monotonic() + timeout
+        while proc.is_alive():
+            memory.poll()
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.join()
+                return {"ok": False, "error": f"timed out after {timeout:.0f} s",
+                        "peak_rss": memory.peak}
+            proc.join(_POLL_SECONDS)
+        peak = memory.peak
+        try:
+            result: dict[str, Any] = json.loads(Path(out).read_text())
+        except (OSError, ValueError):
+            result = {"ok": False, "error": f"the arm's process died (exit code {proc.exitcode})"}
+    result["peak_rss"] = max(peak, int(result.get("self_maxrss", 0)))
+    return result
+
+
+__all__ = ["PeakMemory", "descendants", "private_memory", "rss", "run_isolated", "run_job",
+           "self_rss"]
