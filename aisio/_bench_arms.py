@@ -286,6 +286,7 @@ def aisio_dl2(job: Job) -> Pass:
     if job.kind == "decode":
         pipe = webdataset_pipe(job.ais_names(), url=job.endpoint, shuffle_shards=False,
                                decode=job.options.get("decode", "torchrgb8"),
+                               decode_threads=int(job.options.get("threads", 0)),
                                tuple_fields=("jpg", "cls"), batch_size=32)
     else:
         pipe = webdataset_pipe(job.ais_names(), url=job.endpoint, shuffle_shards=False,
@@ -364,6 +365,9 @@ ARMS: dict[str, dict[str, Arm]] = {
         **{f"aisio-dl2-w{n}": Arm(f"aisio DataLoader2, {n} worker{'s' if n != 1 else ''}",
                                   aisio_dl2, "{decode}, batches of 32 collated",
                                   {"workers": n, "decode": "torchrgb8"}) for n in (0, 1, 2)},
+        "aisio-dl2-w0-t2": Arm("aisio DataLoader2, 0 workers, 2 decode threads", aisio_dl2,
+                               "{decode}, batches of 32 collated, decode_threads=2",
+                               {"workers": 0, "threads": 2, "decode": "torchrgb8"}),
     },
 }
 """Arms by workload kind, in table order; the first arm named ``requests`` is the limit."""

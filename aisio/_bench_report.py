@@ -78,6 +78,9 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         _target("decode: DataLoader2 2 workers vs single process",
                 _rate(w, "decode", "aisio-dl2-w2"), _rate(w, "decode", "aisio-dl2-w0"), 1.6,
                 "samples/s, 2 workers / 0 workers"),
+        _target("decode: 2 decode threads vs single process",
+                _rate(w, "decode", "aisio-dl2-w0-t2"), _rate(w, "decode", "aisio-dl2-w0"), 1.6,
+                "samples/s, decode_threads=2 / 0 workers (same process)"),
     ]
     mem = report.get("memory") or {}
     small, big = mem.get("small_peak_mb"), mem.get("big_peak_mb")
