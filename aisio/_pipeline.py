@@ -142,7 +142,8 @@ def webdataset_pipe(
             with it: it holds that many undecoded samples.
         decode: an image spec for :class:`Decoder` (``"torchrgb"``, ``"pil"``, ...) or a Decoder.
         decode_threads: decode with this many threads per process, in order (image decoders
-            release the GIL: 2 threads measured 1.47x one on 2 cores); 0 decodes inline.
+            release the GIL, so this helps where cores are idle; on the 2-core benchmark
+            machine, shared with the AIStore node, it did not); 0 decodes inline.
         tuple_fields: fields to turn each sample into a tuple, e.g. ``("png;jpg", "cls")``.
         batch_size: batch in the worker (before samples cross to the main process).
         collate: collate batches into tensors with torch's default collate.
