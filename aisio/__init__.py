@@ -32,7 +32,7 @@ from aisio._pipeline import (
     webdataset_loader,
     webdataset_pipe,
 )
-from aisio._playground import Playground
+from aisio._playground import Playground, cluster_endpoint
 from aisio._preview import Samples, SampleView, head, image_grid, show_samples
 from aisio._report import ErrorReport
 from aisio._urls import ETL
@@ -69,6 +69,7 @@ __all__ = [
     "ShardFormatError",
     "ToTuple",
     "WebDatasetParser",
+    "cluster_endpoint",
     "head",
     "image_grid",
     "list_buckets",

@@ -462,6 +462,28 @@ class Playground:
         self.down(wipe=True, quiet=True)
 
 
+@contextlib.contextmanager
+def cluster_endpoint() -> Iterator[str]:
+    """Yields ``AIS_ENDPOINT`` if set, else the endpoint of a playground started for the block.
+
+    The playground (one proxy, one target, in a temporary directory) is stopped and wiped when the
+    block ends; scripts and examples use this to run anywhere.
+
+    Example:
+        >>> with cluster_endpoint() as endpoint:                           # doctest: +SKIP
+        ...     print(list(AISFileLister("ais://bucket", url=endpoint)))
+    """
+    explicit = os.environ.get("AIS_ENDPOINT")
+    if explicit:
+        yield explicit
+        return
+    import tempfile
+
+    with Playground(Path(tempfile.mkdtemp(prefix="aisio-"))) as playground:
+        assert playground.endpoint
+        yield playground.endpoint
+
+
 def _node_env() -> dict[str, str]:
     # KUBERNETES_* makes the node try to talk to Kubernetes; AIS_* would reconfigure it.
     return {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "AIS_"))}

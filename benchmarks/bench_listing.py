@@ -7,14 +7,11 @@ AIS_ENDPOINT, else starts a local AIStore). Prints a table; not a timed test.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from aistore.sdk import Client as SDKClient
 
@@ -40,18 +37,20 @@ def main() -> int:
     parser.add_argument("--objects", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    playground = None
-    endpoint = os.environ.get("AIS_ENDPOINT")
-    if not endpoint:
-        playground = aisio.Playground(Path(tempfile.mkdtemp(prefix="aisio-list-")))
-        endpoint = playground.up()
+    with aisio.cluster_endpoint() as endpoint:
+        run(endpoint, args.objects, args.repeat)
+    return 0
+
+
+def run(endpoint: str, objects: int, repeat: int) -> None:
+    """Uploads ``objects`` empty objects, lists them with each arm, prints the table."""
     client = client_for(aisio.AISConfig(endpoint=endpoint))
     bucket = Bucket(f"aisio-list-{uuid.uuid4().hex[:8]}")
     client.create_bucket(bucket)
     try:
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda i: client.put_object(AISPath(bucket, f"o/{i:07d}"), b""),
-                          range(args.objects)))
+                          range(objects)))
         sdk_bucket = SDKClient(endpoint).bucket(bucket.name)
         arms: dict[str, Callable[[], int]] = {
             "aisio AISFileLister (server page size)": lambda: sum(
@@ -61,17 +60,14 @@ def main() -> int:
             "SDK list_all_objects_iter": lambda: sum(
                 1 for _ in sdk_bucket.list_all_objects_iter(prefix="o/")),
         }
-        print(f"listing {args.objects:,} objects at {endpoint}, median of {args.repeat}")
+        print(f"listing {objects:,} objects at {endpoint}, median of {repeat}")
         print(f"{'arm':42} {'seconds':>8} {'objects/s':>12}")
         for name, fn in arms.items():
-            seconds, count = timed(fn, args.repeat)
-            assert count == args.objects, (name, count)
+            seconds, count = timed(fn, repeat)
+            assert count == objects, (name, count)
             print(f"{name:42} {seconds:8.3f} {count / seconds:12,.0f}")
     finally:
         client.destroy_bucket(bucket)
-        if playground is not None:
-            playground.down(wipe=True, quiet=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ Run: ``python examples/convert_dataset.py`` (uses ``AIS_ENDPOINT``, else starts 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import tempfile
@@ -36,18 +35,6 @@ from sklearn.datasets import load_sample_images
 import aisio
 
 CLASSES = ("china", "flower")  # one class per photo of load_sample_images(), in its order
-
-
-@contextlib.contextmanager
-def cluster() -> Iterator[str]:
-    """Yields the endpoint of ``AIS_ENDPOINT``, else of a local AIStore started for the run."""
-    endpoint = os.environ.get("AIS_ENDPOINT")
-    if endpoint:
-        yield endpoint
-        return
-    with aisio.Playground(Path(tempfile.mkdtemp(prefix="aisio-example-"))) as playground:
-        assert playground.endpoint
-        yield playground.endpoint
 
 
 def build_dataset(root: Path, crop: int = 32, stride: int = 32) -> int:
@@ -125,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stride", type=int, default=32, help="pixels between crops")
     parser.add_argument("--per-shard", type=int, default=100, help="samples per shard")
     args = parser.parse_args(argv)
-    with cluster() as endpoint, tempfile.TemporaryDirectory() as tmp:
+    with aisio.cluster_endpoint() as endpoint, tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "dataset"
         records = build_dataset(root, args.crop, args.stride)
         print(f"built {records} records in {root}: images/*.jpg, masks/*.png, classes.txt")

@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 from aistore.sdk import Client
-from convert_dataset import build_dataset, cluster, convert
+from convert_dataset import build_dataset, convert
 
 import aisio
 
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shard-size", default="128KiB", help="output shard content size")
     parser.add_argument("--seed", default="1234", help="shuffle seed (same seed, same order)")
     args = parser.parse_args(argv)
-    with cluster() as endpoint, tempfile.TemporaryDirectory() as tmp:
+    with aisio.cluster_endpoint() as endpoint, tempfile.TemporaryDirectory() as tmp:
         # Start from an empty bucket, so that no shuffled shard of an earlier run is listed.
         Client(endpoint).bucket(args.bucket.removeprefix("ais://").strip("/")).delete(
             missing_ok=True)

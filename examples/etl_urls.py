@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import webdataset as wds
 from aistore.sdk import Client
-from convert_dataset import cluster
 
 import aisio
 
@@ -80,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket", default="aisio-etl", help="bucket for the demo shards")
     parser.add_argument("--etl", default="resize-images", help="ETL name")
     args = parser.parse_args(argv)
-    with cluster() as endpoint:
+    with aisio.cluster_endpoint() as endpoint:
         run(endpoint, args.bucket, aisio.ETL(args.etl, {"width": 64, "height": 64}))
     return 0
 

@@ -98,24 +98,18 @@ def main() -> int:
     parser.add_argument("--per-shard", type=int, default=200, help="samples per shard")
     args = parser.parse_args()
 
-    playground = None
-    endpoint = os.environ.get("AIS_ENDPOINT")
-    if not endpoint:
-        playground = aisio.Playground(Path(tempfile.mkdtemp(prefix="aisio-demo-")))
-        endpoint = playground.up()
     try:
-        print(f"AIStore at {endpoint}")
-        with tempfile.TemporaryDirectory() as tmp:
-            template = write_shards(args.bucket, Path(tmp), args.per_shard, endpoint)
-        print(f"streaming {template} through DataLoader2 with {args.workers} workers")
-        train(template, endpoint, args.epochs, args.workers, args.batch_size)
+        with aisio.cluster_endpoint() as endpoint:
+            print(f"AIStore at {endpoint}")
+            with tempfile.TemporaryDirectory() as tmp:
+                template = write_shards(args.bucket, Path(tmp), args.per_shard, endpoint)
+            print(f"streaming {template} through DataLoader2 with {args.workers} workers")
+            train(template, endpoint, args.epochs, args.workers, args.batch_size)
     except aisio.AISIOError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    finally:
-        if playground is not None:
-            playground.down(wipe=True, quiet=True)
-            print("stopped the local AIStore (keep one running with `aisio playground up`)")
+    if not os.environ.get("AIS_ENDPOINT"):
+        print("stopped the local AIStore (keep one running with `aisio playground up`)")
     return 0
 
 
