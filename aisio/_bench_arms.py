@@ -146,16 +146,21 @@ def _listed(job: Job, names: list[str]) -> list[str]:
     return names
 
 
+def _urls(session: requests.Session, job: Job) -> list[str]:
+    """Returns the GET URLs a raw arm reads: the shards, or (objects) what a listing gives."""
+    if job.kind != "objects":
+        return job.urls()
+    names = _listed(job, _list_requests(session, job))
+    return [object_url(job.endpoint, AISPath(Bucket(job.bucket), n)) for n in names]
+
+
 # ---- raw reads: the limit -----------------------------------------------------------------------
 def curl(job: Job) -> Pass:
     """One ``curl -K`` process reads every URL to /dev/null (keep-alive, redirects followed)."""
     session = requests.Session()
 
     def run() -> Counts:
-        urls = job.urls()
-        if job.kind == "objects":
-            names = _listed(job, _list_requests(session, job))
-            urls = [object_url(job.endpoint, AISPath(Bucket(job.bucket), n)) for n in names]
+        urls = _urls(session, job)
         config = "".join(f'url = "{url}"\noutput = "/dev/null"\n' for url in urls)
         out = subprocess.run(["curl", "-s", "-f", "-L", "-w", "%{size_download}\n", "-K", "-"],
                              input=config, check=True, capture_output=True, text=True).stdout
@@ -169,10 +174,7 @@ def requests_raw(job: Job) -> Pass:
     session = requests.Session()
 
     def run() -> Counts:
-        urls = job.urls()
-        if job.kind == "objects":
-            names = _listed(job, _list_requests(session, job))
-            urls = [object_url(job.endpoint, AISPath(Bucket(job.bucket), n)) for n in names]
+        urls = _urls(session, job)
         total = 0
         for url in urls:
             with session.get(url, stream=True, timeout=60) as resp:

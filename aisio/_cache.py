@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import os
 import tempfile
 from pathlib import Path
 from typing import IO, Any
 
+from aisio._client import ReadStream
 from aisio._errors import ConfigError
 
 
@@ -89,7 +89,7 @@ class ShardCache:
         return f"ShardCache({str(self.directory)!r}, max_bytes={self.max_bytes})"
 
 
-class _Tee(io.RawIOBase):
+class _Tee(ReadStream):
     """Reads through to ``source`` and copies every byte into a temporary file of the cache."""
 
     def __init__(self, cache: ShardCache, url: str, source: Any) -> None:
@@ -101,9 +101,6 @@ class _Tee(io.RawIOBase):
         self.tmp = Path(name)
         self.sink: IO[bytes] | None = os.fdopen(fd, "wb")
 
-    def readable(self) -> bool:
-        return True
-
     def read(self, size: int = -1) -> bytes:
         data: bytes = self.source.read(size)
         if self.sink is not None:
@@ -114,11 +111,6 @@ class _Tee(io.RawIOBase):
                 self.sink = None
                 self.cache._admit(self.tmp, self.url)
         return data
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
     def close(self) -> None:
         if self.sink is not None:  # not read to the end: never cache a partial shard

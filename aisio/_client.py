@@ -221,7 +221,19 @@ class Client:
         return ObjectReader(self, url, name=name, etl=etl)
 
 
-class ObjectReader(io.RawIOBase):
+class ReadStream(io.RawIOBase):
+    """A readable raw stream whose subclasses implement only ``read(size)``."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class ObjectReader(ReadStream):
     """A binary stream over one object that survives broken connections.
 
     If the connection drops mid-body, the reader reopens the object with
@@ -260,9 +272,6 @@ class ObjectReader(io.RawIOBase):
             )
         self._resp = resp
 
-    def readable(self) -> bool:
-        return True
-
     def read(self, size: int = -1) -> bytes:
         """Returns up to ``size`` bytes (everything left for -1); ``b""`` only at the end.
 
@@ -293,11 +302,6 @@ class ObjectReader(io.RawIOBase):
                 continue
             self.pos += len(chunk)
             return chunk
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
     def _drop(self) -> None:
         if self._resp is not None:
