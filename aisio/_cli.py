@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, NoReturn
 from aisio._config import AISConfig
 from aisio._display import Progress, human_bytes, text_table
 from aisio._errors import AISIOError, ConfigError
-from aisio._playground import Playground, default_playground_dir
+from aisio._playground import Playground, build_node, default_playground_dir
 
 if TYPE_CHECKING:
     from aisio._client import ObjectReader
@@ -224,6 +224,8 @@ def _playground(args: argparse.Namespace) -> int:
         print(f"export AIS_ENDPOINT={endpoint}")
     elif args.action == "down":
         pg.down(wipe=args.wipe)
+    elif args.action == "build":
+        print(build_node())
     else:
         status = pg.status()
         print(json.dumps(status, indent=2))
@@ -296,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     down = pg_sub.add_parser("down", help="stop the cluster")
     down.add_argument("--wipe", action="store_true", help="also delete its data and logs")
     pg_sub.add_parser("status", help="print endpoint and node liveness as JSON")
+    pg_sub.add_parser("build", help="build the AIStore node with `go install` if not cached; "
+                                    "print its path")
     for p in pg_sub.choices.values():
         p.add_argument("--dir", type=Path, default=default_playground_dir(),
                        help="the playground's directory (default %(default)s)")

@@ -56,5 +56,5 @@ fi
 
 # The AIStore node (skipped when the user points at an existing cluster).
 if [ -z "${AIS_ENDPOINT:-}" ]; then
-  .venv/bin/python -c 'from aisio._playground import build_node; build_node()'
+  .venv/bin/aisio playground build >/dev/null
 fi

@@ -129,3 +129,16 @@ def test_local_os_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_pa
     blocker.write_text("x")
     code, _, err = run(capsys, "playground", "down", "--dir", str(blocker / "sub"), "--wipe")
     assert code == 1 and "Not a directory" in one_error_line(err)
+
+
+def test_playground_build_without_go_says_how_to_go_on(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    monkeypatch.setenv("AISIO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert main(["playground", "build"]) == 1
+    err = capsys.readouterr().err
+    assert "Go is not installed" in err and "AIS_ENDPOINT" in err
+    assert "Traceback" not in err
