@@ -9,6 +9,7 @@ histogram, shard size spread). The maths (:func:`percentile`, :func:`suffix_of`,
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -136,7 +137,7 @@ def ls(
     if path.is_template:
         names = [p.obj for p in expand(path)]
         wanted = {name: i for i, name in enumerate(names)}
-        prefix = _common_prefix(names)
+        prefix = os.path.commonprefix(names)  # noqa: RUF071 - a string prefix is wanted
     found: dict[str, ObjectEntry] = {}
     entries: list[ObjectEntry] = []
     truncated = False
@@ -162,16 +163,6 @@ def ls(
         if not truncated:
             missing = [path.bucket.uri(n) for n in wanted if n not in found]
     return Listing(source, entries, missing, truncated)
-
-
-def _common_prefix(names: Sequence[str]) -> str:
-    if not names:
-        return ""
-    first, last = min(names), max(names)
-    i = 0
-    while i < min(len(first), len(last)) and first[i] == last[i]:
-        i += 1
-    return first[:i]
 
 
 def _entry(bucket: Bucket, raw: dict[str, Any]) -> ObjectEntry:

@@ -14,14 +14,12 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aisio._client import client_for
 from aisio._config import AISConfig, resolve_config
-from aisio._decode import IMAGE_EXTENSIONS
+from aisio._datapipes import AISFileLoader, WebDatasetParser
+from aisio._decode import IMAGE_EXTENSIONS, _extension
 from aisio._display import escape, html_table, human_bytes, thumbnail_uri
 from aisio._errors import ConfigError, DecodeError, InvalidURLError
-from aisio._samples import group_samples
-from aisio._tar import iter_tar
-from aisio._urls import ETL, object_url, parse_ais_url, to_etl
+from aisio._urls import ETL, parse_ais_url
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -32,13 +30,9 @@ LABEL_FIELDS = ("cls", "class", "label", "txt", "text", "json")
 TEXT_PREVIEW = 40
 
 
-def _extension(field: str) -> str:
-    return field.rpartition(".")[2].lower()
-
-
 def is_image_field(field: str) -> bool:
     """True when the field's extension is an image format (``jpg``, ``seg.png``, ...)."""
-    return _extension(field) in IMAGE_EXTENSIONS
+    return _extension(field).lower() in IMAGE_EXTENSIONS
 
 
 def text_preview(data: bytes, limit: int = TEXT_PREVIEW) -> str | None:
@@ -137,14 +131,9 @@ def iter_shard(shard: str, *, endpoint: str | None = None, config: AISConfig | N
         raise InvalidURLError(
             f"{shard} is not one shard; name a single object such as 'ais://bucket/shard-0.tar'",
             url=shard)
-    client = client_for(resolve_config(endpoint, config))
-    the_etl = to_etl(etl)
-    stream = client.open(object_url(client.endpoint, path, the_etl), name=path.uri(),
-                         etl=the_etl)
-    try:
-        yield from group_samples(iter_tar(stream, url=path.uri()), url=path.uri())
-    finally:
-        stream.close()
+    # The same loader and parser as training pipelines; closing this generator closes the GET.
+    yield from WebDatasetParser(AISFileLoader([path.uri()], config=resolve_config(endpoint, config),
+                                              etl=etl))
 
 
 def head(shard: str, n: int = 5, *, endpoint: str | None = None,

@@ -27,7 +27,6 @@ from aisio._explore import (
     Listing,
     ObjectEntry,
     SizeSpread,
-    _common_prefix,
     percentile,
     suffix_of,
     summary_of,
@@ -120,12 +119,6 @@ def test_summary_counts_bytes_and_shards() -> None:
     assert no_shards.shard_kind == "object" and no_shards.shards is not None
     empty = summary_of("ais://e/", [])
     assert empty.shards is None and "0 objects" in repr(empty) and "<table>" in empty._repr_html_()
-
-
-def test_common_prefix() -> None:
-    assert _common_prefix(["s-0010.tar", "s-0001.tar", "s-0099.tar"]) == "s-00"
-    assert _common_prefix(["a", "b"]) == ""
-    assert _common_prefix([]) == ""
 
 
 # ---- HTML and text views ----------------------------------------------------------------------
