@@ -302,30 +302,20 @@ def _decoded_count(batch: Any) -> int:
 
 
 def aisio_objects(job: Job) -> Pass:
-    """aisio over plain objects: AISFileLister -> AISFileLoader(concurrency=N), read each."""
+    """aisio over plain objects: AISFileLister -> AISFileLoader (threads or Get-Batch), read each.
+
+    Options: ``concurrency`` (parallel GETs) or ``batch_objects`` (names per Get-Batch request).
+    """
     concurrency = int(job.options.get("concurrency", 1))
+    batch_get = int(job.options.get("batch_objects", 0))
 
     def run() -> Counts:
         lister = AISFileLister(f"ais://{job.bucket}/{job.prefix}", url=job.endpoint)
         total = count = 0
-        for _, stream in AISFileLoader(lister, url=job.endpoint, concurrency=concurrency):
+        for _, stream in AISFileLoader(lister, url=job.endpoint, concurrency=concurrency,
+                                       batch_get=batch_get):
             total += len(stream.read())
             stream.close()
-            count += 1
-        return total, count
-
-    return run
-
-
-def aisio_moss(job: Job) -> Pass:
-    """aisio's lister, then AISFileLoader(batch_get=N): AIStore's Get-Batch API, N per request."""
-    size = int(job.options.get("batch_objects", 512))
-
-    def run() -> Counts:
-        lister = AISFileLister(f"ais://{job.bucket}/{job.prefix}", url=job.endpoint)
-        total = count = 0
-        for _, stream in AISFileLoader(lister, url=job.endpoint, batch_get=size):
-            total += len(stream.read())
             count += 1
         return total, count
 
@@ -357,7 +347,7 @@ ARMS: dict[str, dict[str, Arm]] = {
                      {"concurrency": 1}),
         "aisio-concurrent": Arm("aisio loader, concurrency={concurrency}", aisio_objects,
                                 "threads", {"concurrency": 8}),
-        "aisio-moss": Arm("aisio loader, batch_get={batch_objects}", aisio_moss,
+        "aisio-moss": Arm("aisio loader, batch_get={batch_objects}", aisio_objects,
                           "{batch_objects} names a request, iter_tar", {"batch_objects": 512}),
     },
     "decode": {

@@ -66,6 +66,11 @@ def bucket(ais_client: Client) -> Iterator[Bucket]:
         ais_client.destroy_bucket(bck)
 
 
+def sample_keys(samples: object) -> list[str]:
+    """Returns the ``__key__`` of every sample a pipe or loader yields, in order."""
+    return [s["__key__"] for s in samples]  # type: ignore[attr-defined]
+
+
 def write_shards(
     client: Client,
     bucket: Bucket,

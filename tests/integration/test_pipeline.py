@@ -16,13 +16,9 @@ import aisio
 from aisio._client import Client
 from aisio._playground import free_port
 from aisio._urls import Bucket
-from tests.conftest import write_shards
+from tests.conftest import sample_keys, write_shards
 
 HERE = Path(__file__).parent
-
-
-def _keys(loader: object) -> list[str]:
-    return [s["__key__"] for s in loader]  # type: ignore[attr-defined]
 
 
 @pytest.fixture
@@ -36,7 +32,7 @@ def test_two_workers_read_every_sample_once(ais_endpoint: str,
     loader = aisio.webdataset_loader(template, url=ais_endpoint, num_workers=2, seed=1)
     try:
         for _ in range(2):
-            got = _keys(loader)
+            got = sample_keys(loader)
             assert Counter(got) == Counter(keys)
     finally:
         loader.shutdown()
@@ -47,8 +43,8 @@ def test_more_workers_than_shards(ais_endpoint: str, ais_client: Client, bucket:
     template, keys = write_shards(ais_client, bucket, tmp_path, shards=2, per_shard=5)
     loader = aisio.webdataset_loader(template, url=ais_endpoint, num_workers=3)
     try:
-        assert sorted(_keys(loader)) == sorted(keys)
-        assert sorted(_keys(loader)) == sorted(keys)  # a second iter() works too
+        assert sorted(sample_keys(loader)) == sorted(keys)
+        assert sorted(sample_keys(loader)) == sorted(keys)  # a second iter() works too
     finally:
         loader.shutdown()
 
@@ -61,7 +57,7 @@ def test_seed_reproduces_order_and_epochs_reshuffle(ais_endpoint: str,
         loader = aisio.webdataset_loader(template, url=ais_endpoint, num_workers=2, seed=seed,
                                          shuffle_buffer=30)
         try:
-            return _keys(loader), _keys(loader)
+            return sample_keys(loader), sample_keys(loader)
         finally:
             loader.shutdown()
 
@@ -110,7 +106,7 @@ def test_resampled_epochs_have_the_asked_length(ais_endpoint: str,
     loader = aisio.webdataset_loader(template, url=ais_endpoint, resampled=True,
                                      samples_per_epoch=150, num_workers=2, seed=5)
     try:
-        first, second = _keys(loader), _keys(loader)
+        first, second = sample_keys(loader), sample_keys(loader)
     finally:
         loader.shutdown()
     assert len(first) == len(second) == 150
@@ -164,10 +160,10 @@ def test_shard_cache_serves_later_epochs_and_stays_under_its_limit(
     cache = aisio.ShardCache(tmp_path / "cache", max_bytes=10**9)
     loader = aisio.webdataset_loader(template, url=ais_endpoint, num_workers=2, cache=cache)
     try:
-        assert sorted(_keys(loader)) == sorted(keys)
+        assert sorted(sample_keys(loader)) == sorted(keys)
         assert len(list((tmp_path / "cache").glob("*.shard"))) == 4
         ais_client.destroy_bucket(bucket)  # from now on, only the cache has the shards
-        assert sorted(_keys(loader)) == sorted(keys)
+        assert sorted(sample_keys(loader)) == sorted(keys)
     finally:
         loader.shutdown()
         ais_client.create_bucket(bucket, exist_ok=True)

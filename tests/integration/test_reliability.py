@@ -11,14 +11,10 @@ import pytest
 import aisio
 from aisio._client import Client, client_for
 from aisio._urls import AISPath, Bucket, object_url
-from tests.conftest import write_shards
+from tests.conftest import sample_keys, write_shards
 from tests.faultproxy import fault_proxy
 
 FAST_RETRY = {"backoff": 0.01, "backoff_max": 0.05, "max_retries": 8}
-
-
-def _keys(pipe: object) -> list[str]:
-    return [s["__key__"] for s in pipe]  # type: ignore[attr-defined]
 
 
 @pytest.fixture
@@ -32,7 +28,7 @@ def test_cut_connections_resume_without_loss_or_repeats(ais_endpoint: str,
     template, keys = big_shards
     with fault_proxy(ais_endpoint, cut_after=10_000) as proxy:
         config = aisio.AISConfig(endpoint=proxy.endpoint, **FAST_RETRY)
-        got = _keys(aisio.AISFileLoader(template, config=config).ais_parse_webdataset())
+        got = sample_keys(aisio.AISFileLoader(template, config=config).ais_parse_webdataset())
         assert proxy.breaks >= 4 * 10  # every ~10 KB of every shard
         assert proxy.range_requests >= proxy.breaks - 4  # each break but a first read resumes
     assert Counter(got) == Counter(keys)
@@ -46,7 +42,7 @@ def test_random_resets_through_dataloader2(ais_endpoint: str,
             template, config=aisio.AISConfig(endpoint=proxy.endpoint, **FAST_RETRY),
             num_workers=2, seed=0)
         try:
-            got = _keys(loader)
+            got = sample_keys(loader)
         finally:
             loader.shutdown()
         assert proxy.breaks > 0
