@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import os
 import sys
@@ -116,12 +115,10 @@ def _stat(args: argparse.Namespace) -> int:
 def _open(args: argparse.Namespace) -> ObjectReader:
     """Returns a stream over the object ``args`` names (errors before any byte is written)."""
     from aisio._client import client_for
-    from aisio._urls import object_url, parse_ais_url, to_etl
+    from aisio._sources import one_object
+    from aisio._urls import object_url, to_etl
 
-    path = parse_ais_url(args.object)
-    if not path.obj or path.obj.endswith("/") or path.is_template:
-        raise _Fail(f"{args.object} is not one object; name one, e.g. ais://bucket/file.tar "
-                    "(list a prefix with `aisio ls`)")
+    path = one_object(args.object)
     client = client_for(_config(args))
     etl = to_etl(args.etl)
     return client.open(object_url(client.endpoint, path, etl), name=path.uri(), etl=etl)
@@ -207,14 +204,9 @@ def _preview(args: argparse.Namespace) -> int:
 
 
 def _bench(argv: Sequence[str]) -> int:
-    try:
-        bench = importlib.import_module("aisio._bench")
-    except ModuleNotFoundError as exc:
-        if exc.name != "aisio._bench":
-            raise
-        raise _Fail("this aisio has no benchmark suite (aisio._bench is missing); "
-                    "install a release that ships it") from exc
-    return int(bench.main(list(argv)) or 0)
+    from aisio._bench import main as bench_main  # imported only when used
+
+    return int(bench_main(list(argv)) or 0)
 
 
 def _playground(args: argparse.Namespace) -> int:

@@ -18,8 +18,9 @@ from aisio._config import AISConfig, resolve_config
 from aisio._datapipes import AISFileLoader, WebDatasetParser
 from aisio._decode import IMAGE_EXTENSIONS, _extension
 from aisio._display import escape, html_table, human_bytes, thumbnail_uri
-from aisio._errors import ConfigError, DecodeError, InvalidURLError
-from aisio._urls import ETL, parse_ais_url
+from aisio._errors import ConfigError, DecodeError
+from aisio._sources import one_object
+from aisio._urls import ETL
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -126,11 +127,7 @@ class Samples(list[SampleView]):
 def iter_shard(shard: str, *, endpoint: str | None = None, config: AISConfig | None = None,
                etl: ETL | str | None = None) -> Generator[dict[str, Any], None, None]:
     """Yields the raw samples of one shard as it streams; closing the generator stops the GET."""
-    path = parse_ais_url(shard)
-    if not path.obj or path.obj.endswith("/") or path.is_template:
-        raise InvalidURLError(
-            f"{shard} is not one shard; name a single object such as 'ais://bucket/shard-0.tar'",
-            url=shard)
+    path = one_object(shard)
     # The same loader and parser as training pipelines; closing this generator closes the GET.
     yield from WebDatasetParser(AISFileLoader([path.uri()], config=resolve_config(endpoint, config),
                                               etl=etl))

@@ -42,6 +42,22 @@ def to_paths(source: Any) -> list[AISPath]:
     return paths
 
 
+def one_object(name: str) -> AISPath:
+    """Returns the path of an AIS name that must name exactly one object (no prefix, template).
+
+    Raises:
+        InvalidURLError: ``name`` is malformed, or names a bucket, a prefix or a template.
+    """
+    path = parse_ais_url(name)
+    if not path.obj or path.obj.endswith("/") or path.is_template:
+        raise InvalidURLError(
+            f"{name} is not one object; name a single object such as 'ais://bucket/shard-0.tar' "
+            "(list a prefix or template with AISFileLister or `aisio ls`)",
+            url=name,
+        )
+    return path
+
+
 def expand(path: AISPath) -> Iterator[AISPath]:
     """Yields the paths of a template's expansion (the path itself when it is no template)."""
     if not path.is_template:
