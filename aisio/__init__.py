@@ -1,15 +1,23 @@
-"""aisio: AIStore for PyTorch — TorchData DataPipes that list, stream and parse shards from AIStore.
+"""aisio: AIStore for PyTorch — list, stream and parse WebDataset shards into any PyTorch loader.
+
+The layout (each part imports only the ones above it):
+
+- :mod:`aisio.core`: framework-free: names and sources, config, errors, the HTTP client and
+  Get-Batch, tar parsing, sample grouping, decoding, the shard cache and the skip report.
+- :mod:`aisio.datapipes`: the DataPipes front end (``AISFileLister``, ``AISFileLoader``, ...)
+  and the DataLoader2 pipeline.
+- :mod:`aisio.tools`: the ``aisio`` command and the Jupyter views (``aisio.tools.ls``, ...).
+- :mod:`aisio.playground`: a local AIStore (one proxy, N targets on 127.0.0.1) for tests and demos.
 
 Example:
     >>> import aisio                                                        # doctest: +SKIP
     >>> urls = aisio.AISSourceLister("ais://bucket/shard-{000..099}.tar")   # doctest: +SKIP
 """
 
-from aisio._cache import ShardCache
-from aisio._config import AISConfig
-from aisio._datapipes import AISFileLister, AISFileLoader, AISSourceLister, WebDatasetParser
-from aisio._decode import Decoder, to_tuple
-from aisio._errors import (
+from aisio.core.cache import ShardCache
+from aisio.core.config import AISConfig
+from aisio.core.decode import Decoder, to_tuple
+from aisio.core.errors import (
     AISConnectionError,
     AISIOError,
     AISRequestError,
@@ -19,23 +27,25 @@ from aisio._errors import (
     ETLNotFoundError,
     ETLUnavailableError,
     InvalidURLError,
+    LoaderUnavailableError,
     ObjectChangedError,
     ObjectNotFoundError,
     PlaygroundError,
     ShardFormatError,
 )
-from aisio._explore import BucketSummary, Listing, list_buckets, ls, stat, summarize
-from aisio._pipeline import (
+from aisio.core.report import ErrorReport
+from aisio.core.urls import ETL
+from aisio.datapipes import (
+    AISFileLister,
+    AISFileLoader,
+    AISSourceLister,
     ResampledShards,
     ToTuple,
+    WebDatasetParser,
     make_loader,
     webdataset_loader,
     webdataset_pipe,
 )
-from aisio._playground import Playground, cluster_endpoint
-from aisio._preview import Samples, SampleView, head, image_grid, show_samples
-from aisio._report import ErrorReport
-from aisio._urls import ETL
 
 __version__ = "0.1.0"
 
@@ -48,7 +58,6 @@ __all__ = [
     "AISRequestError",
     "AISSourceLister",
     "BucketNotFoundError",
-    "BucketSummary",
     "ConfigError",
     "DecodeError",
     "Decoder",
@@ -57,28 +66,26 @@ __all__ = [
     "ETLUnavailableError",
     "ErrorReport",
     "InvalidURLError",
-    "Listing",
+    "LoaderUnavailableError",
     "ObjectChangedError",
     "ObjectNotFoundError",
-    "Playground",
     "PlaygroundError",
     "ResampledShards",
-    "SampleView",
-    "Samples",
     "ShardCache",
     "ShardFormatError",
     "ToTuple",
     "WebDatasetParser",
-    "cluster_endpoint",
-    "head",
-    "image_grid",
-    "list_buckets",
-    "ls",
     "make_loader",
-    "show_samples",
-    "stat",
-    "summarize",
     "to_tuple",
     "webdataset_loader",
     "webdataset_pipe",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The tools and the playground are not the library: imported on first use only.
+    if name in ("tools", "playground"):
+        import importlib
+
+        return importlib.import_module(f"aisio.{name}")
+    raise AttributeError(f"module 'aisio' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 import sys
 
-from aisio._cli import main
+from aisio.tools.cli import main
 
 sys.exit(main())

@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from aistore.sdk import Client as SDKClient
 
 import aisio
-from aisio._client import client_for
-from aisio._urls import AISPath, Bucket
+from aisio.core.client import client_for
+from aisio.core.urls import AISPath, Bucket
 
 
 def timed(fn: Callable[[], int], repeat: int) -> tuple[float, int]:
@@ -37,7 +37,7 @@ def main() -> int:
     parser.add_argument("--objects", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    with aisio.cluster_endpoint() as endpoint:
+    with aisio.playground.cluster_endpoint() as endpoint:
         run(endpoint, args.objects, args.repeat)
     return 0
 

@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stride", type=int, default=32, help="pixels between crops")
     parser.add_argument("--per-shard", type=int, default=100, help="samples per shard")
     args = parser.parse_args(argv)
-    with aisio.cluster_endpoint() as endpoint, tempfile.TemporaryDirectory() as tmp:
+    with aisio.playground.cluster_endpoint() as endpoint, tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "dataset"
         records = build_dataset(root, args.crop, args.stride)
         print(f"built {records} records in {root}: images/*.jpg, masks/*.png, classes.txt")

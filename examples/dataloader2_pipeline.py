@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker-batch", type=int, default=16, help="batch size in workers")
     parser.add_argument("--batch-size", type=int, default=64, help="batch size for the model")
     args = parser.parse_args(argv)
-    with aisio.cluster_endpoint() as endpoint, tempfile.TemporaryDirectory() as tmp:
+    with aisio.playground.cluster_endpoint() as endpoint, tempfile.TemporaryDirectory() as tmp:
         build_dataset(Path(tmp), stride=args.stride)
         converted = convert(Path(tmp), endpoint, args.bucket, per_shard=100)
         print(f"{converted.samples} samples in {converted.template}")

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shard-size", default="128KiB", help="output shard content size")
     parser.add_argument("--seed", default="1234", help="shuffle seed (same seed, same order)")
     args = parser.parse_args(argv)
-    with aisio.cluster_endpoint() as endpoint, tempfile.TemporaryDirectory() as tmp:
+    with aisio.playground.cluster_endpoint() as endpoint, tempfile.TemporaryDirectory() as tmp:
         # Start from an empty bucket, so that no shuffled shard of an earlier run is listed.
         Client(endpoint).bucket(args.bucket.removeprefix("ais://").strip("/")).delete(
             missing_ok=True)
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         job_id = run_dsort(endpoint, spec)
         print(f"dSort job {job_id} finished")
 
-        listing = aisio.ls(f"ais://{bucket}/shuffled-", endpoint=endpoint)
+        listing = aisio.tools.ls(f"ais://{bucket}/shuffled-", endpoint=endpoint)
         print(repr(listing))
 
         before = sample_keys(converted.shards, endpoint)

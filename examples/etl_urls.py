@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket", default="aisio-etl", help="bucket for the demo shards")
     parser.add_argument("--etl", default="resize-images", help="ETL name")
     args = parser.parse_args(argv)
-    with aisio.cluster_endpoint() as endpoint:
+    with aisio.playground.cluster_endpoint() as endpoint:
         run(endpoint, args.bucket, aisio.ETL(args.etl, {"width": 64, "height": 64}))
     return 0
 

@@ -27,8 +27,8 @@ from PIL import Image
 from sklearn.datasets import load_digits
 
 import aisio
-from aisio._client import client_for
-from aisio._urls import parse_ais_url
+from aisio.core.client import client_for
+from aisio.core.urls import parse_ais_url
 
 
 def write_shards(bucket: str, workdir: Path, per_shard: int, endpoint: str) -> str:
@@ -99,7 +99,7 @@ def main() -> int:
     args = parser.parse_args()
 
     try:
-        with aisio.cluster_endpoint() as endpoint:
+        with aisio.playground.cluster_endpoint() as endpoint:
             print(f"AIStore at {endpoint}")
             with tempfile.TemporaryDirectory() as tmp:
                 template = write_shards(args.bucket, Path(tmp), args.per_shard, endpoint)

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from aisio import AISConfig, Playground
-from aisio._client import Client, client_for
-from aisio._urls import AISPath, Bucket
+from aisio import AISConfig
+from aisio.core.client import Client, client_for
+from aisio.core.urls import AISPath, Bucket
+from aisio.playground import Playground
 
 HERE = Path(__file__).parent
 

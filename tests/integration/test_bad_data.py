@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 import aisio
-from aisio._client import Client
-from aisio._urls import AISPath, Bucket
+from aisio.core.client import Client
+from aisio.core.urls import AISPath, Bucket
 from tests.conftest import write_shards
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from aisio._bench import main
-from aisio._bench_arms import ARMS
+from benchmarks.suite.arms import ARMS
+from benchmarks.suite.main import main
 
 pytestmark = pytest.mark.slow
 
@@ -52,6 +52,6 @@ def test_quick_suite_writes_table_json_and_plot(ais_endpoint: str, tmp_path: Pat
 
 
 def test_help_runs_as_a_module() -> None:
-    proc = subprocess.run([sys.executable, "-m", "aisio._bench", "--help"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.suite", "--help"], capture_output=True,
                           text=True, check=True, cwd=Path(__file__).parents[2])
     assert "--quick" in proc.stdout and "--endpoint" in proc.stdout

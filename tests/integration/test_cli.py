@@ -1,8 +1,7 @@
-"""The ``aisio`` command against the real AIStore: ls, stat, get, cat, head, preview, bench."""
+"""The ``aisio`` command against the real AIStore: ls, stat, get, cat, head, preview."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
@@ -15,9 +14,9 @@ import pytest
 import webdataset as wds
 from PIL import Image
 
-from aisio._cli import main
-from aisio._client import Client
-from aisio._urls import AISPath, Bucket
+from aisio.core.client import Client
+from aisio.core.urls import AISPath, Bucket
+from aisio.tools.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 ODD = "odd <name> & \"q\" 'x'.bin"
@@ -183,10 +182,3 @@ def test_as_a_process_a_mistake_prints_no_traceback(ais_endpoint: str, bucket: B
     assert proc.stderr.startswith(f"aisio: error: object {bucket.uri('missing')} does not exist")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("aisio._bench") is None,
-                    reason="aisio._bench (the benchmark suite) is not in this checkout yet")
-def test_bench_help_is_forwarded(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(["bench", "--help"])
-    assert info.value.code == 0
-    assert "usage:" in capsys.readouterr().out

@@ -21,8 +21,8 @@ from aisio import (
     InvalidURLError,
     ObjectNotFoundError,
 )
-from aisio._client import Client
-from aisio._urls import AISPath, Bucket
+from aisio.core.client import Client
+from aisio.core.urls import AISPath, Bucket
 
 ODD_NAMES = ["with space.bin", "ünïcödé/ß.bin", "q?mark.bin", "hash#tag.bin", "pct%41.bin",
              "dots..bin"]

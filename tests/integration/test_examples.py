@@ -18,9 +18,9 @@ from nbclient import NotebookClient
 from sklearn.datasets import load_sample_images
 
 import aisio
-from aisio._client import Client
-from aisio._explore import ls
-from aisio._urls import Bucket
+from aisio.core.client import Client
+from aisio.core.urls import Bucket
+from aisio.tools.explore import ls
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "explore.ipynb"
@@ -162,11 +162,11 @@ def test_notebook_runs_end_to_end(ais_endpoint: str, tmp_path: Path) -> None:
     outputs = {cell.source.splitlines()[0]: cell.outputs for cell in nb.cells
                if cell.cell_type == "code"}
     by_type = {line: {k for o in outs for k in o.get("data", {})} for line, outs in outputs.items()}
-    assert "text/html" in by_type['listing = aisio.ls(f"ais://{BUCKET}/", endpoint=endpoint)']
-    assert "text/html" in by_type["summary = aisio.summarize(listing)"]
-    assert "text/html" in by_type['samples = aisio.head(f"ais://{BUCKET}/photos-00.tar", 4, '
+    assert "text/html" in by_type['listing = aisio.tools.ls(f"ais://{BUCKET}/", endpoint=endpoint)']
+    assert "text/html" in by_type["summary = aisio.tools.summarize(listing)"]
+    assert "text/html" in by_type['samples = aisio.tools.head(f"ais://{BUCKET}/photos-00.tar", 4, '
                                   'endpoint=endpoint)']
-    grid = 'aisio.show_samples(f"ais://{BUCKET}/photos-03.tar", 6, endpoint=endpoint)'
+    grid = 'aisio.tools.show_samples(f"ais://{BUCKET}/photos-03.tar", 6, endpoint=endpoint)'
     assert "image/png" in by_type[grid]
     printed = "".join(o.get("text", "") for outs in outputs.values() for o in outs)
     assert re.search(r"one epoch: (\d+) samples of \1\b", printed)

@@ -13,9 +13,9 @@ import torch
 import webdataset as wds
 
 import aisio
-from aisio._client import Client
-from aisio._playground import free_port
-from aisio._urls import Bucket
+from aisio.core.client import Client
+from aisio.core.urls import Bucket
+from aisio.playground import free_port
 from tests.conftest import sample_keys, write_shards
 
 HERE = Path(__file__).parent

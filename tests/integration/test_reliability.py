@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import aisio
-from aisio._client import Client, client_for
-from aisio._urls import AISPath, Bucket, object_url
+from aisio.core.client import Client, client_for
+from aisio.core.urls import AISPath, Bucket, object_url
 from tests.conftest import sample_keys, write_shards
 from tests.faultproxy import fault_proxy
 
@@ -83,7 +83,7 @@ def test_retries_run_out_with_a_typed_error(ais_endpoint: str, bucket: Bucket) -
 
 
 def test_unreachable_cluster_is_a_connection_error() -> None:
-    from aisio._playground import free_port
+    from aisio.playground import free_port
 
     client = client_for(aisio.AISConfig(endpoint=f"http://127.0.0.1:{free_port()}",
                                         max_retries=1, backoff=0.01))
@@ -109,7 +109,7 @@ def test_target_restart_mid_epoch_loses_and_repeats_nothing(tmp_path: Path,
     import threading
     import time
 
-    playground = aisio.Playground(tmp_path / "pg")
+    playground = aisio.playground.Playground(tmp_path / "pg")
     endpoint = playground.up()
     try:
         config = aisio.AISConfig(endpoint=endpoint, max_retries=60, backoff=0.05,

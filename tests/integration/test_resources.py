@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import aisio
-from aisio._client import Client
-from aisio._urls import Bucket
+from aisio.core.client import Client
+from aisio.core.urls import Bucket
 from tests.conftest import write_shards
 
 

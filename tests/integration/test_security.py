@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import aisio
-from aisio._client import client_for
-from aisio._urls import AISPath, Bucket
+from aisio.core.client import client_for
+from aisio.core.urls import AISPath, Bucket
 
 SECRET = "aisio-test-secret"
 
@@ -46,7 +46,8 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[s
                     "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
                     "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
                    check=True, capture_output=True)
-    playground = aisio.Playground(root / "pg", tls=(str(cert), str(key)), auth_secret=SECRET)
+    playground = aisio.playground.Playground(root / "pg", tls=(str(cert), str(key)),
+                                             auth_secret=SECRET)
     endpoint = playground.up()
     try:
         yield endpoint, str(cert)

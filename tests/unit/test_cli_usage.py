@@ -1,15 +1,13 @@
-"""The ``aisio`` command line without a cluster: usage errors, endpoint errors, ``bench``."""
+"""The ``aisio`` command line without a cluster: usage errors, endpoint errors."""
 
 from __future__ import annotations
 
 import json
-import sys
-import types
 from pathlib import Path
 
 import pytest
 
-from aisio._cli import main
+from aisio.tools.cli import main
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -45,7 +43,7 @@ def test_usage_mistakes_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[st
 def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--help")
     assert code == 0
-    for command in ("ls", "stat", "get", "cat", "head", "preview", "bench", "playground"):
+    for command in ("ls", "stat", "get", "cat", "head", "preview", "playground"):
         assert f"    {command}" in out
 
 
@@ -88,17 +86,7 @@ def test_bad_endpoint_is_one_line(capsys: pytest.CaptureFixture[str],
     assert code == 1 and "'nonsense'" in one_error_line(err)
 
 
-def test_bench_forwards_its_arguments(capsys: pytest.CaptureFixture[str],
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[list[str]] = []
 
-    def fake_main(argv: list[str] | None = None) -> int:
-        calls.append(list(argv or []))
-        return 7
-
-    monkeypatch.setitem(sys.modules, "aisio._bench", types.SimpleNamespace(main=fake_main))
-    assert run(capsys, "bench", "--help", "--endpoint", "x", "ls")[0] == 7
-    assert calls == [["--help", "--endpoint", "x", "ls"]]
 
 
 def test_playground_status_of_an_empty_dir(capsys: pytest.CaptureFixture[str],

@@ -7,8 +7,8 @@ import pytest
 
 import aisio
 from aisio import AISConfig, ConfigError, ObjectNotFoundError, ShardFormatError
-from aisio._config import resolve_config
-from aisio._translate import error_from_exception, error_from_status
+from aisio.core.config import resolve_config
+from aisio.core.translate import error_from_exception, error_from_status
 
 
 def test_all_is_sorted_and_complete() -> None:
@@ -98,7 +98,7 @@ def test_no_exception_escapes_untranslated() -> None:
     import requests
     import urllib3
 
-    from aisio._translate import TRANSIENT_EXCEPTIONS
+    from aisio.core.translate import TRANSIENT_EXCEPTIONS
 
     samples = [requests.ConnectionError("x"), requests.Timeout("x"), requests.exceptions.SSLError(
         "x"), urllib3.exceptions.ProtocolError("x"), RuntimeError("x"), OSError("x")]

@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from aisio._display import (
+from aisio.core.errors import DecodeError
+from aisio.tools.display import (
     Progress,
     escape,
     html_table,
@@ -22,8 +23,7 @@ from aisio._display import (
     text_table,
     thumbnail_uri,
 )
-from aisio._errors import DecodeError
-from aisio._explore import (
+from aisio.tools.explore import (
     Listing,
     ObjectEntry,
     SizeSpread,
@@ -31,7 +31,7 @@ from aisio._explore import (
     suffix_of,
     summary_of,
 )
-from aisio._preview import Samples, SampleView, image_grid, text_preview
+from aisio.tools.preview import Samples, SampleView, image_grid, text_preview
 
 NASTY = "<script>alert('x')</script> & \"quoted\" 'single'.tar"
 

@@ -1,4 +1,4 @@
-"""Tests for aisio._samples: WebDataset grouping, checked against the webdataset library."""
+"""Tests for aisio.core.samples: WebDataset grouping, checked against the webdataset library."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aisio._errors import ShardFormatError
-from aisio._samples import NO_OFFSET, group_samples, group_samples_with_end, split_key
-from aisio._tar import iter_tar
+from aisio.core.errors import ShardFormatError
+from aisio.core.samples import NO_OFFSET, group_samples, group_samples_with_end, split_key
+from aisio.core.tar import iter_tar
 
 wds = pytest.importorskip("webdataset")
 from webdataset import tariterators  # noqa: E402

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from aisio._errors import ShardFormatError
-from aisio._tar import TarMember
+from aisio.core.errors import ShardFormatError
+from aisio.core.tar import TarMember
 
 MemberLike = TarMember | tuple[str, bytes]
 """A :class:`TarMember`, or a plain ``(name, data)`` pair (which has no offsets)."""
@@ -82,7 +82,7 @@ def group_samples_with_end(
     member. Only one sample is held at a time.
 
     Args:
-        members: tar members in archive order (from :func:`aisio._tar.iter_tar`).
+        members: tar members in archive order (from :func:`aisio.core.tar.iter_tar`).
         url: the shard's name, stored in ``__url__`` and used in error messages.
 
     Raises:
@@ -118,7 +118,7 @@ def group_samples(members: Iterable[MemberLike], *, url: str) -> Iterator[dict[s
     See :func:`group_samples_with_end`, which this wraps.
 
     Args:
-        members: tar members in archive order (from :func:`aisio._tar.iter_tar`).
+        members: tar members in archive order (from :func:`aisio.core.tar.iter_tar`).
         url: the shard's name, stored in ``__url__`` and used in error messages.
 
     Raises:

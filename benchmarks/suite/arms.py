@@ -2,9 +2,9 @@
 
 An arm is a *setup* function: given a :class:`Job` it prepares what must not be timed (clients,
 URLs, DataLoader2 workers' pipe) and returns a *pass* function that reads every object of the
-workload once and returns ``(bytes, samples)``. The runner (:mod:`aisio._bench_run`) checks those
-counts against the dataset, so an arm that loses or duplicates samples fails instead of looking
-fast.
+workload once and returns ``(bytes, samples)``. The runner (:mod:`benchmarks.suite.run`) checks
+those counts against the dataset, so an arm that loses or duplicates samples fails instead of
+looking fast.
 
 Workload kinds: ``shards`` (tars read whole, samples undecoded), ``objects`` (many small plain
 objects, listed then loaded one by one) and ``decode`` (JPEG shards decoded to tensors).
@@ -23,9 +23,9 @@ from typing import Any, NamedTuple
 
 import requests
 
-from aisio._datapipes import AISFileLister, AISFileLoader, AISSourceLister, WebDatasetParser
-from aisio._pipeline import make_loader, webdataset_pipe
-from aisio._urls import AISPath, Bucket, object_url
+from aisio.core.urls import AISPath, Bucket, object_url
+from aisio.datapipes.pipeline import make_loader, webdataset_pipe
+from aisio.datapipes.pipes import AISFileLister, AISFileLoader, AISSourceLister, WebDatasetParser
 
 MiB = 1 << 20
 Counts = tuple[int, int]

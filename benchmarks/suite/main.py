@@ -14,9 +14,9 @@ stops it at the end), reads it with every arm in a fresh process, and writes ``t
 
 Usage::
 
-    python -m aisio._bench                     # the full suite (several minutes)
-    python -m aisio._bench --quick --out /tmp/b  # small sizes, well under a minute
-    python -m aisio._bench --only large small --repeat 5
+    python -m benchmarks.suite                     # the full suite (several minutes)
+    python -m benchmarks.suite --quick --out /tmp/b  # small sizes, well under a minute
+    python -m benchmarks.suite --only large small --repeat 5
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from aisio._bench_data import Uploader
-from aisio._bench_machine import aistore_version, machine_info
-from aisio._bench_report import markdown, plot, targets, write_json
-from aisio._bench_suite import KINDS, Suite, cluster
-from aisio._client import client_for
-from aisio._config import AISConfig
-from aisio._errors import AISIOError
-from aisio._urls import Bucket
+from aisio.core.client import client_for
+from aisio.core.config import AISConfig
+from aisio.core.errors import AISIOError
+from aisio.core.urls import Bucket
+from benchmarks.suite.data import Uploader
+from benchmarks.suite.machine import aistore_version, machine_info
+from benchmarks.suite.report import markdown, plot, targets, write_json
+from benchmarks.suite.suite import KINDS, Suite, cluster
 
 WORKLOADS = ("large", "small", "objects", "decode", "memory", "keepup")
 
@@ -87,9 +87,9 @@ NOTES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Returns the suite's argument parser (``python -m aisio._bench --help``)."""
+    """Returns the suite's argument parser (``python -m benchmarks.suite --help``)."""
     parser = argparse.ArgumentParser(
-        prog="python -m aisio._bench",
+        prog="python -m benchmarks.suite",
         description="Benchmark aisio against the raw HTTP read, the aistore SDK and webdataset "
         "on the same shards from one AIStore; writes table.md, results.json, results.png.")
     add = parser.add_argument
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     cfg = {**_settings(args), "quick": args.quick, "arm_timeout": args.arm_timeout}
     selected = args.only or list(WORKLOADS)
     report: dict[str, Any] = {
-        "command": " ".join(["python -m aisio._bench", *map(shlex.quote, argv)]).strip(),
+        "command": " ".join(["python -m benchmarks.suite", *map(shlex.quote, argv)]).strip(),
         "argv": sys.argv, "config": cfg, "workloads": {}, "notes": NOTES,
     }
     with cluster(args.endpoint) as (endpoint, describe):

@@ -1,9 +1,9 @@
 """The benchmark suite's engine: the cluster, each workload's data, its arms in rounds.
 
-:class:`Suite` generates a workload's data (:mod:`aisio._bench_data`), runs every arm of it in
-fresh processes (:mod:`aisio._bench_run`), round after round so that the arms share the machine's
-drifts, and returns summarised results (:mod:`aisio._bench_report`). :mod:`aisio._bench` is the
-command line around it.
+:class:`Suite` generates a workload's data (:mod:`benchmarks.suite.data`), runs every arm of it
+in fresh processes (:mod:`benchmarks.suite.run`), round after round so that the arms share the
+machine's drifts, and returns summarised results (:mod:`benchmarks.suite.report`).
+:mod:`benchmarks.suite.main` is the command line around it.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from aisio._bench_arms import ARMS, Job
-from aisio._bench_data import TAR_OVERHEAD, Dataset, Uploader
-from aisio._bench_keepup import KeepUpJob, run_keepup
-from aisio._bench_report import add_ratios, summarise
-from aisio._bench_run import run_isolated, run_job
-from aisio._config import AISConfig
-from aisio._urls import Bucket
+from aisio.core.config import AISConfig
+from aisio.core.urls import Bucket
+from benchmarks.suite.arms import ARMS, Job
+from benchmarks.suite.data import TAR_OVERHEAD, Dataset, Uploader
+from benchmarks.suite.keepup import KeepUpJob, run_keepup
+from benchmarks.suite.report import add_ratios, summarise
+from benchmarks.suite.run import run_isolated, run_job
 
 KiB, MiB = 1 << 10, 1 << 20
 KINDS = {"large": "shards", "small": "shards", "objects": "objects", "decode": "decode"}
@@ -37,7 +37,7 @@ def cluster(endpoint: str | None) -> Iterator[tuple[str, str]]:
     if explicit:
         yield explicit, f"{explicit}"
         return
-    from aisio._playground import AISTORE_VERSION, Playground
+    from aisio.playground import AISTORE_VERSION, Playground
 
     with tempfile.TemporaryDirectory(prefix="aisio-bench-pg-") as tmp:
         playground = Playground(tmp, ntargets=1, log=_log)

@@ -23,11 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aisio._bench_arms import ARMS, Counts, Job
+from benchmarks.suite.arms import ARMS, Counts, Job
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _POLL_SECONDS = 0.02
-_PRELOAD = ["aisio._bench_run", "aisio._bench_keepup", "webdataset", "aistore.sdk"]
+_PRELOAD = ["benchmarks.suite.run", "benchmarks.suite.keepup", "webdataset", "aistore.sdk"]
 _context: Any = None
 
 

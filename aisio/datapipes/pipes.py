@@ -1,8 +1,8 @@
-"""The IterDataPipes: thin wrappers over the pure functions of the other modules.
+"""The IterDataPipes: thin wrappers over the framework-free core (:mod:`aisio.core`).
 
-This is the only module that imports torchdata. Every DataPipe here holds only its arguments and
-an :class:`AISConfig`; the HTTP client is created lazily in whichever process iterates it, so the
-DataPipes pickle into DataLoader2 workers.
+They build on torch's DataPipe classes (:mod:`aisio.datapipes.base`), never on torchdata. Every
+DataPipe here holds only its arguments and an :class:`AISConfig`; the HTTP client is created
+lazily in whichever process iterates it, so the DataPipes pickle into worker processes.
 """
 
 from __future__ import annotations
@@ -15,22 +15,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal
 
-with warnings.catch_warnings():
-    # torchdata 0.9 announces on import that DataPipes are deprecated; aisio pins the last
-    # release that has them, so the banner would only be noise in every user's log.
-    warnings.simplefilter("ignore", UserWarning)
-    from torchdata.datapipes import functional_datapipe
-    from torchdata.datapipes.iter import IterDataPipe
-    from torchdata.datapipes.utils import StreamWrapper
-
-from aisio._batch import get_batch
-from aisio._cache import ShardCache
-from aisio._client import Client, client_for
-from aisio._config import AISConfig, resolve_config
-from aisio._errors import AISIOError, InvalidURLError, ObjectNotFoundError
-from aisio._report import ErrorReport
-from aisio._samples import group_samples
-from aisio._sources import (
+from aisio.core.batch import get_batch
+from aisio.core.cache import ShardCache
+from aisio.core.client import Client, client_for
+from aisio.core.config import AISConfig, resolve_config
+from aisio.core.errors import AISIOError, InvalidURLError, ObjectNotFoundError
+from aisio.core.report import ErrorReport
+from aisio.core.samples import group_samples
+from aisio.core.sources import (
     as_sources,
     check_template,
     expand,
@@ -38,8 +30,9 @@ from aisio._sources import (
     prefixes_for,
     to_paths,
 )
-from aisio._tar import iter_tar
-from aisio._urls import ETL, AISPath, count_template, object_url, parse_object_url, to_etl
+from aisio.core.tar import iter_tar
+from aisio.core.urls import ETL, AISPath, count_template, object_url, parse_object_url, to_etl
+from aisio.datapipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 
 log = logging.getLogger("aisio")
 

@@ -1,8 +1,8 @@
 """Benchmark data: seeded shards and objects, generated in a temp dir and uploaded to AIStore.
 
-Every workload of the suite (see :mod:`aisio._bench`) reads one :class:`Dataset`: a list of object
-names under a prefix of the suite's own bucket, with their total size and sample count, so that
-every arm reads exactly the same bytes and can check that it saw every sample.
+Every workload of the suite (see :mod:`benchmarks.suite`) reads one :class:`Dataset`: a list of
+object names under a prefix of the suite's own bucket, with their total size and sample count,
+so that every arm reads exactly the same bytes and can check that it saw every sample.
 
 Payloads are random bytes drawn from a seeded generator (incompressible, like JPEG data), except
 for the decode workloads, whose images are real JPEGs made with PIL.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from aisio._client import Client
-from aisio._urls import AISPath, Bucket
+from aisio.core.client import Client
+from aisio.core.urls import AISPath, Bucket
 
 MiB = 1 << 20
 _POOL_BYTES = 8 * MiB

@@ -9,7 +9,7 @@ from typing import Any
 import requests
 import urllib3.exceptions
 
-from aisio._errors import (
+from aisio.core.errors import (
     AISConnectionError,
     AISIOError,
     AISRequestError,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from aisio._errors import ConfigError
+from aisio.core.errors import ConfigError
 
 #: Environment variables read by :meth:`AISConfig.from_env` (the AIStore CLI's and SDK's names).
 ENV_VARS = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aisio._urls import AISPath, Bucket
+from aisio.core.urls import AISPath, Bucket
 
 
 def _namespace(ns: Any) -> str:

@@ -14,13 +14,13 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aisio._config import AISConfig, resolve_config
-from aisio._datapipes import AISFileLoader, WebDatasetParser
-from aisio._decode import IMAGE_EXTENSIONS, _extension
-from aisio._display import escape, html_table, human_bytes, thumbnail_uri
-from aisio._errors import ConfigError, DecodeError
-from aisio._sources import one_object
-from aisio._urls import ETL
+from aisio.core.config import AISConfig, resolve_config
+from aisio.core.decode import IMAGE_EXTENSIONS, _extension
+from aisio.core.errors import ConfigError, DecodeError
+from aisio.core.sources import one_object
+from aisio.core.urls import ETL
+from aisio.datapipes.pipes import AISFileLoader, WebDatasetParser
+from aisio.tools.display import escape, html_table, human_bytes, thumbnail_uri
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -62,7 +62,7 @@ class SampleView:
 
     @classmethod
     def of(cls, sample: dict[str, Any]) -> SampleView:
-        """Returns the view of a sample dict as :func:`aisio._samples.group_samples` yields."""
+        """Returns the view of a sample dict as :func:`aisio.core.samples.group_samples` yields."""
         fields = {k: v for k, v in sample.items() if not k.startswith("__")}
         return cls(str(sample.get("__key__", "")), str(sample.get("__url__", "")), fields)
 

@@ -7,7 +7,7 @@ tuples. It understands the formats WebDataset shards are written in: V7, ustar (
 
 Memory stays bounded by about one member plus one read buffer, whatever the size of the shard.
 Every structural problem (bad checksum, non-tar data, truncation, garbage sizes) raises
-:class:`~aisio._errors.ShardFormatError` carrying the byte offset and, when known, the member.
+:class:`~aisio.core.errors.ShardFormatError` carrying the byte offset and, when known, the member.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol
 
-from aisio._errors import ShardFormatError
+from aisio.core.errors import ShardFormatError
 
 BLOCK = 512
 """Size of a tar block: headers are one block, member data is padded to a multiple of it."""

@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aisio._client import Client, client_for
-from aisio._config import AISConfig, resolve_config
-from aisio._display import html_table, human_bytes, human_count, plural, text_table
-from aisio._sources import expand
-from aisio._urls import SCHEMES, Bucket, parse_ais_url
+from aisio.core.client import Client, client_for
+from aisio.core.config import AISConfig, resolve_config
+from aisio.core.sources import expand
+from aisio.core.urls import SCHEMES, Bucket, parse_ais_url
+from aisio.tools.display import html_table, human_bytes, human_count, plural, text_table
 
 #: Extensions counted as shards in :class:`BucketSummary` (the rest are plain objects).
 SHARD_EXTENSIONS = (".tar", ".tgz", ".tar.gz", ".tar.lz4", ".zip")

@@ -1,6 +1,6 @@
-"""The ``aisio`` command: explore buckets and shards, run the benchmarks, run a local AIStore.
+"""The ``aisio`` command: explore buckets and shards, run a local AIStore.
 
-``ls``, ``stat``, ``get``, ``cat``, ``head``, ``preview``, ``bench`` and ``playground``. The
+``ls``, ``stat``, ``get``, ``cat``, ``head``, ``preview`` and ``playground``. The
 endpoint comes from ``--endpoint``, else ``AIS_ENDPOINT``. User mistakes end in one line on stderr
 naming the fix and a non-zero exit (2 for a misused command line, 1 for the rest), never a
 traceback.
@@ -18,13 +18,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NoReturn
 
-from aisio._config import AISConfig
-from aisio._display import Progress, human_bytes, text_table
-from aisio._errors import AISIOError, ConfigError
-from aisio._playground import Playground, build_node, default_playground_dir
+from aisio.core.config import AISConfig
+from aisio.core.errors import AISIOError, ConfigError
+from aisio.playground import Playground, build_node, default_playground_dir
+from aisio.tools.display import Progress, human_bytes, text_table
 
 if TYPE_CHECKING:
-    from aisio._client import ObjectReader
+    from aisio.core.client import ObjectReader
 
 _NO_ENDPOINT = (
     "no AIStore endpoint: pass --endpoint http://host:port or set AIS_ENDPOINT; for a local "
@@ -63,7 +63,7 @@ def _config(args: argparse.Namespace) -> AISConfig:
 
 # ---- commands ---------------------------------------------------------------------------------
 def _ls(args: argparse.Namespace) -> int:
-    from aisio._explore import Listing, list_buckets, ls
+    from aisio.tools.explore import Listing, list_buckets, ls
 
     config = _config(args)
     if not args.sources:
@@ -90,7 +90,7 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _stat(args: argparse.Namespace) -> int:
-    from aisio._explore import stat
+    from aisio.tools.explore import stat
 
     props = stat(args.object, config=_config(args))
     if args.json:
@@ -114,9 +114,9 @@ def _stat(args: argparse.Namespace) -> int:
 
 def _open(args: argparse.Namespace) -> ObjectReader:
     """Returns a stream over the object ``args`` names (errors before any byte is written)."""
-    from aisio._client import client_for
-    from aisio._sources import one_object
-    from aisio._urls import object_url, to_etl
+    from aisio.core.client import client_for
+    from aisio.core.sources import one_object
+    from aisio.core.urls import object_url, to_etl
 
     path = one_object(args.object)
     client = client_for(_config(args))
@@ -169,7 +169,7 @@ def _cat(args: argparse.Namespace) -> int:
 
 
 def _head(args: argparse.Namespace) -> int:
-    from aisio._preview import dumps, head
+    from aisio.tools.preview import dumps, head
 
     views = head(args.shard, args.n, config=_config(args))
     if args.json:
@@ -183,7 +183,7 @@ def _head(args: argparse.Namespace) -> int:
 
 
 def _preview(args: argparse.Namespace) -> int:
-    from aisio._preview import head, image_grid
+    from aisio.tools.preview import head, image_grid
 
     views = head(args.shard, args.n, config=_config(args))
     fields = args.field or None
@@ -201,12 +201,6 @@ def _preview(args: argparse.Namespace) -> int:
         raise _Fail(f"cannot write {args.output}: {exc.strerror or exc}") from exc
     print(f"wrote {args.output}: {len(views)} sample(s) of {args.shard}")
     return 0
-
-
-def _bench(argv: Sequence[str]) -> int:
-    from aisio._bench import main as bench_main  # imported only when used
-
-    return int(bench_main(list(argv)) or 0)
 
 
 def _playground(args: argparse.Namespace) -> int:
@@ -276,7 +270,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dpi", type=_positive, default=100, help="resolution (default 100)")
     p.set_defaults(func=_preview)
 
-    sub.add_parser("bench", help="run the benchmark suite (`aisio bench --help`)", add_help=False)
 
     pg = sub.add_parser("playground", help="run a local AIStore (1 proxy, N targets) on 127.0.0.1")
     pg_sub = pg.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -303,8 +296,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the ``aisio`` command; returns the exit status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
-        if args_list[:1] == ["bench"]:
-            return _bench(args_list[1:])
         args = build_parser().parse_args(args_list)
         return int(args.func(args))
     except (AISIOError, _Fail) as exc:

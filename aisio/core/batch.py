@@ -12,11 +12,11 @@ import logging
 from collections.abc import Iterator, Sequence
 from urllib.parse import quote, urlencode
 
-from aisio._client import Client
-from aisio._errors import AISConnectionError, AISIOError, ShardFormatError
-from aisio._tar import iter_tar
-from aisio._translate import TRANSIENT_EXCEPTIONS, error_from_exception
-from aisio._urls import Bucket
+from aisio.core.client import Client
+from aisio.core.errors import AISConnectionError, AISIOError, ShardFormatError
+from aisio.core.tar import iter_tar
+from aisio.core.translate import TRANSIENT_EXCEPTIONS, error_from_exception
+from aisio.core.urls import Bucket
 
 log = logging.getLogger("aisio")
 

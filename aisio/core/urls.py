@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 import braceexpand
 
-from aisio._errors import InvalidURLError
+from aisio.core.errors import InvalidURLError
 
 #: scheme as written -> AIStore provider name (the ``provider=`` query value).
 SCHEMES = {

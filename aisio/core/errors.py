@@ -118,6 +118,11 @@ class DecodeError(AISIOError):
     """A sample field could not be decoded, or its decoder is refused (pickle without opt-in)."""
 
 
+class LoaderUnavailableError(AISIOError, ImportError):
+    """The loader asked for needs a package version that is not installed (DataLoader2 needs
+    torchdata < 0.10; torchdata.nodes needs torchdata >= 0.10)."""
+
+
 class PlaygroundError(AISIOError):
     """The local AIStore playground could not be built, started or stopped."""
 
@@ -132,6 +137,7 @@ __all__ = [
     "ETLNotFoundError",
     "ETLUnavailableError",
     "InvalidURLError",
+    "LoaderUnavailableError",
     "ObjectChangedError",
     "ObjectNotFoundError",
     "PlaygroundError",

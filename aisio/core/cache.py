@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any
 
-from aisio._client import ReadStream
-from aisio._errors import ConfigError
+from aisio.core.client import ReadStream
+from aisio.core.errors import ConfigError
 
 
 class ShardCache:

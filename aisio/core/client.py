@@ -21,15 +21,15 @@ from urllib.parse import urljoin
 import requests
 from requests.adapters import HTTPAdapter
 
-from aisio._config import AISConfig
-from aisio._errors import AISConnectionError, AISIOError, ObjectChangedError
-from aisio._translate import (
+from aisio.core.config import AISConfig
+from aisio.core.errors import AISConnectionError, AISIOError, ObjectChangedError
+from aisio.core.translate import (
     RETRY_STATUSES,
     TRANSIENT_EXCEPTIONS,
     error_from_exception,
     error_from_status,
 )
-from aisio._urls import ETL, AISPath, Bucket, bucket_url, object_url
+from aisio.core.urls import ETL, AISPath, Bucket, bucket_url, object_url
 
 log = logging.getLogger("aisio")
 

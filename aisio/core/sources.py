@@ -6,10 +6,10 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from aisio._client import Client
-from aisio._errors import InvalidURLError, ObjectNotFoundError
-from aisio._sdk import sdk_paths
-from aisio._urls import AISPath, expand_template, parse_ais_url, parse_object_url
+from aisio.core.client import Client
+from aisio.core.errors import InvalidURLError, ObjectNotFoundError
+from aisio.core.sdk import sdk_paths
+from aisio.core.urls import AISPath, expand_template, parse_ais_url, parse_object_url
 
 #: How many missing names an error message lists before it says "and N more".
 _SHOW_MISSING = 10

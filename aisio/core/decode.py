@@ -37,7 +37,7 @@ from functools import partial
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from aisio._errors import ConfigError, DecodeError
+from aisio.core.errors import ConfigError, DecodeError
 
 FieldDecoder = Callable[[bytes], Any]
 """A function turning a field's bytes into a value."""

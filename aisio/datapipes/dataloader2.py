@@ -1,0 +1,158 @@
+"""DataLoader2 (torchdata <= 0.9) over aisio's pipeline: reading services, epochs, one-call loader.
+
+torchdata 0.10 removed DataLoader2; importing this module there raises ImportError, and the
+top-level helpers (:func:`aisio.webdataset_loader`, ...) turn that into a
+:class:`aisio.LoaderUnavailableError` naming the loaders that replace it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import warnings
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)
+    import torch.distributed as dist
+    import torch.utils.data.graph_settings
+    from torch.utils.data.datapipes.iter.sharding import SHARDING_PRIORITIES
+    from torchdata.dataloader2 import (
+        DataLoader2,
+        DistributedReadingService,
+        MultiProcessingReadingService,
+        SequentialReadingService,
+    )
+    from torchdata.dataloader2.reading_service import ReadingServiceInterface
+
+from aisio.core.report import ErrorReport
+from aisio.datapipes.base import IterDataPipe
+from aisio.datapipes.mpfix import install as _install_round_robin_fix
+from aisio.datapipes.pipeline import Uneven, webdataset_pipe
+
+
+class KeepUnevenReadingService(DistributedReadingService):
+    """Splits the pipe across ranks and shares rank 0's seed, like DistributedReadingService, but
+    without its ``fullsync``: each rank reads all of its share, so ranks may end at different
+    steps (use ``torch.distributed.algorithms.Join`` around DDP training)."""
+
+    def initialize(self, datapipe: IterDataPipe) -> IterDataPipe:
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError("torch.distributed must be initialised before the loader is built")
+        self._world_size = dist.get_world_size()
+        self._rank = dist.get_rank()
+        self._pg = dist.new_group(backend="gloo", timeout=timedelta(seconds=self._timeout))
+        torch.utils.data.graph_settings.apply_sharding(
+            datapipe, self._world_size, self._rank, SHARDING_PRIORITIES.DISTRIBUTED
+        )
+        self._datapipe = datapipe
+        return datapipe
+
+
+def reading_service(num_workers: int = 0, *, uneven: Uneven = "drop", worker_prefetch: int = 10,
+                    main_prefetch: int = 10) -> ReadingServiceInterface | None:
+    """Returns the reading service for ``num_workers`` processes, distributed when initialised.
+
+    With ``torch.distributed`` initialised, shards are split across ranks (rank 0's seed is
+    shared, so every rank agrees on the shuffled shard order), then across each rank's workers.
+    Ranks rarely get equal numbers of samples; ``uneven`` says what happens then:
+
+    * ``"drop"``: every rank yields the same number of items per epoch (torchdata's ``fullsync``):
+      when the first rank runs out, all stop, and the others' surplus is dropped for this epoch
+      (a different surplus each epoch, as shards are reshuffled). DDP never hangs.
+    * ``"keep"``: every item is yielded exactly once across ranks; ranks may stop at different
+      steps, so DDP training needs ``torch.distributed.algorithms.Join``.
+    """
+    if uneven not in ("drop", "keep"):
+        raise ValueError(f"uneven={uneven!r} must be 'drop' or 'keep'")
+    mp = MultiProcessingReadingService(num_workers=num_workers,
+                                       worker_prefetch_cnt=worker_prefetch,
+                                       main_prefetch_cnt=main_prefetch) if num_workers else None
+    if dist.is_available() and dist.is_initialized():
+        dist_rs = DistributedReadingService() if uneven == "drop" else KeepUnevenReadingService()
+        return SequentialReadingService(dist_rs, mp) if mp else dist_rs
+    return mp
+
+
+class EpochLoader(DataLoader2):
+    """A DataLoader2 whose seed advances every epoch.
+
+    DataLoader2 seeded with ``seed(n)`` replays the same shuffles every epoch when the shuffles
+    run in worker processes (the main process's seed generator never advances). Here epoch ``e``
+    is seeded from ``(seed, e)``: a run is reproducible, and each epoch is shuffled anew.
+    ``set_epoch(e)`` picks the epoch explicitly (e.g. when resuming).
+    """
+
+    def __init__(self, pipe: IterDataPipe, reading_service: ReadingServiceInterface | None,
+                 seed: int | None) -> None:
+        super().__init__(pipe, reading_service=reading_service)
+        self.base_seed = seed
+        self.epoch = 0
+        #: what ``on_error="skip"``/``"warn"`` left out (set by :func:`webdataset_loader`).
+        self.report: ErrorReport | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Makes the next iteration epoch ``epoch``."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Any:
+        if self.base_seed is not None:
+            self.seed(random.Random(f"{self.base_seed}:{self.epoch}").getrandbits(63))
+        self.epoch += 1
+        return super().__iter__()
+
+
+def make_loader(pipe: IterDataPipe, *, num_workers: int = 0, seed: int | None = None,
+                uneven: Uneven = "drop", worker_prefetch: int = 10,
+                main_prefetch: int = 10) -> EpochLoader:
+    """Returns a DataLoader2 over ``pipe`` with the right reading service (see above).
+
+    ``seed`` makes every epoch reproducible; each epoch still reshuffles (see EpochLoader).
+    """
+    _install_round_robin_fix()
+    return EpochLoader(pipe, reading_service(num_workers, uneven=uneven,
+                                             worker_prefetch=worker_prefetch,
+                                             main_prefetch=main_prefetch), seed)
+
+
+def webdataset_loader(
+    shards: Any,
+    *,
+    num_workers: int = 0,
+    seed: int | None = None,
+    uneven: Uneven = "drop",
+    samples_per_epoch: int | None = None,
+    post: Callable[[IterDataPipe], IterDataPipe] | None = None,
+    **pipe_options: Any,
+) -> EpochLoader:
+    """Returns a DataLoader2 that streams batches from AIStore shards: the one-call entry point.
+
+    Args:
+        shards: as for :func:`webdataset_pipe`.
+        num_workers: worker processes (0: read in the main process).
+        seed: makes the shuffles reproducible (each epoch still reshuffles).
+        uneven: with torch.distributed, ``"drop"`` or ``"keep"`` (see :func:`reading_service`).
+        samples_per_epoch: with ``resampled=True``, the epoch length per rank (in items the
+            pipe yields: batches when ``batch_size`` is set); split across workers.
+        post: a function applied to the pipe last (e.g. extra maps), still inside the workers.
+        **pipe_options: passed to :func:`webdataset_pipe` (url, etl, decode, batch_size, ...).
+
+    Example:
+        >>> loader = webdataset_loader("ais://b/train-{000..099}.tar", decode="torchrgb",
+        ...     tuple_fields=("png", "cls"), batch_size=64, num_workers=2)   # doctest: +SKIP
+    """
+    pipe = webdataset_pipe(shards, **pipe_options)
+    report: ErrorReport = pipe.report
+    if samples_per_epoch is not None:
+        if not pipe_options.get("resampled"):
+            raise ValueError("samples_per_epoch goes with resampled=True (exact epochs end "
+                             "when the shards do)")
+        # Each worker yields its part; the total is rounded up to a multiple of num_workers.
+        pipe = pipe.header(math.ceil(samples_per_epoch / max(1, num_workers)))
+    if post is not None:
+        pipe = post(pipe)
+    loader = make_loader(pipe, num_workers=num_workers, seed=seed, uneven=uneven)
+    loader.report = report
+    return loader

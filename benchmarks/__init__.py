@@ -1,0 +1,1 @@
+"""aisio's benchmarks: run from the checkout, never installed with the library."""
