@@ -14,6 +14,8 @@ Example:
     >>> urls = aisio.AISSourceLister("ais://bucket/shard-{000..099}.tar")   # doctest: +SKIP
 """
 
+from typing import TYPE_CHECKING
+
 from aisio.core.cache import ShardCache
 from aisio.core.config import AISConfig
 from aisio.core.decode import Decoder, to_tuple
@@ -21,17 +23,23 @@ from aisio.core.errors import (
     AISConnectionError,
     AISIOError,
     AISRequestError,
+    AuthError,
     BucketNotFoundError,
+    ClusterError,
     ConfigError,
+    DataError,
     DecodeError,
+    EmptyEpochError,
     ETLNotFoundError,
     ETLUnavailableError,
     InvalidURLError,
     LoaderUnavailableError,
+    NotFoundError,
     ObjectChangedError,
     ObjectNotFoundError,
     PlaygroundError,
     ShardFormatError,
+    UsageError,
 )
 from aisio.core.report import ErrorReport
 from aisio.core.urls import ETL
@@ -47,6 +55,10 @@ from aisio.datapipes import (
     webdataset_pipe,
 )
 
+if TYPE_CHECKING:
+    from aisio import playground as playground
+    from aisio import tools as tools
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -57,16 +69,21 @@ __all__ = [
     "AISIOError",
     "AISRequestError",
     "AISSourceLister",
+    "AuthError",
     "BucketNotFoundError",
+    "ClusterError",
     "ConfigError",
+    "DataError",
     "DecodeError",
     "Decoder",
     "ETL",
     "ETLNotFoundError",
     "ETLUnavailableError",
+    "EmptyEpochError",
     "ErrorReport",
     "InvalidURLError",
     "LoaderUnavailableError",
+    "NotFoundError",
     "ObjectChangedError",
     "ObjectNotFoundError",
     "PlaygroundError",
@@ -74,6 +91,7 @@ __all__ = [
     "ShardCache",
     "ShardFormatError",
     "ToTuple",
+    "UsageError",
     "WebDatasetParser",
     "make_loader",
     "to_tuple",

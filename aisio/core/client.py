@@ -22,7 +22,12 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from aisio.core.config import AISConfig
-from aisio.core.errors import AISConnectionError, AISIOError, ObjectChangedError
+from aisio.core.errors import (
+    AISConnectionError,
+    AISIOError,
+    AISRequestError,
+    ObjectChangedError,
+)
 from aisio.core.translate import (
     RETRY_STATUSES,
     TRANSIENT_EXCEPTIONS,
@@ -216,9 +221,10 @@ class Client:
                             what="reading", etl=etl, headers=headers, ok=(200, 206))
         return resp.content
 
-    def open(self, url: str, *, name: str, etl: ETL | None = None) -> ObjectReader:
-        """Returns a resumable binary stream over the object at GET ``url``."""
-        return ObjectReader(self, url, name=name, etl=etl)
+    def open(self, url: str, *, name: str, etl: ETL | None = None, start: int = 0
+             ) -> ObjectReader:
+        """Returns a resumable binary stream over the object at GET ``url``, from byte ``start``."""
+        return ObjectReader(self, url, name=name, etl=etl, start=start)
 
 
 class ReadStream(io.RawIOBase):
@@ -242,13 +248,14 @@ class ObjectReader(ReadStream):
     raises :class:`ObjectChangedError` rather than splice two versions.
     """
 
-    def __init__(self, client: Client, url: str, *, name: str, etl: ETL | None = None) -> None:
+    def __init__(self, client: Client, url: str, *, name: str, etl: ETL | None = None,
+                 start: int = 0) -> None:
         super().__init__()
         self.client = client
         self.url = url
         self.name = name
         self.etl = etl
-        self.pos = 0
+        self.pos = start
         self.size: int | None = None
         self._identity: tuple[str | None, str | None, int | None] | None = None
         self._resp: requests.Response | None = None
@@ -262,6 +269,12 @@ class ObjectReader(ReadStream):
         size = _total_size(resp)
         identity = (resp.headers.get("Ais-Version"), resp.headers.get("Ais-Checksum-Value"), size)
         if self._identity is None:
+            if self.pos and resp.status_code != 206:
+                resp.close()
+                raise AISRequestError(
+                    f"reading {self.name} from byte {self.pos} returned the whole object (HTTP "
+                    f"{resp.status_code}, not 206): the server ignored the Range request",
+                    url=self.name, status=resp.status_code)
             self._identity, self.size = identity, size
         elif identity != self._identity or (self.pos and resp.status_code != 206):
             resp.close()

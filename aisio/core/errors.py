@@ -3,7 +3,31 @@
 Every error aisio raises is an :class:`AISIOError`. Each carries a one-sentence message that names
 the thing at fault (URL, object, shard, setting) and says what to do, plus structured fields
 (``url``, ``status``, ...) for programs. All of them survive pickling, so an error raised inside a
-DataLoader2 worker reaches the training process intact.
+worker process reaches the training process intact. Four families, by what the user does next::
+
+    AISIOError
+    ├── UsageError            the call is wrong: fix the code or the setting
+    │   ├── InvalidURLError       a malformed name, template or URL
+    │   ├── ConfigError           a missing or malformed setting (endpoint, TLS, retries, ...)
+    │   └── LoaderUnavailableError  the loader needs another torchdata generation
+    ├── NotFoundError         what was named does not exist (skippable)
+    │   ├── BucketNotFoundError
+    │   ├── ObjectNotFoundError   (.missing lists every absent name of a template)
+    │   └── ETLNotFoundError
+    ├── DataError             the bytes are bad (skippable)
+    │   ├── ShardFormatError      not a tar, truncated, corrupt header (.offset, .member)
+    │   ├── DecodeError           a field could not be decoded
+    │   ├── ObjectChangedError    the object changed while it was read
+    │   └── EmptyEpochError       every shard of an epoch was skipped: nothing was read
+    ├── ClusterError          the cluster cannot serve now: never skipped, raised after retries
+    │   ├── AISConnectionError    unreachable, or the connection broke and retries ran out
+    │   ├── AISRequestError       refused for another reason (HTTP status in .status)
+    │   │   └── AuthError             HTTP 401/403: a token is missing or rejected
+    │   └── ETLUnavailableError   the cluster has no ETL runtime (HTTP 501)
+    └── PlaygroundError       the local AIStore could not be built, started or stopped
+
+``on_error="skip"`` or ``"warn"`` skips only :class:`NotFoundError` and :class:`DataError`
+(:func:`is_skippable`): an outage or a rejected token must never look like an empty dataset.
 """
 
 from __future__ import annotations
@@ -42,19 +66,35 @@ class AISIOError(Exception):
         return self.message
 
 
-class ConfigError(AISIOError, ValueError):
+class UsageError(AISIOError, ValueError):
+    """The call is wrong: a malformed name, a bad setting, a loader that is not installed."""
+
+
+class NotFoundError(AISIOError):
+    """A bucket, object or ETL that was named does not exist. ``on_error="skip"`` skips it."""
+
+
+class DataError(AISIOError):
+    """An object's bytes are not what was expected. ``on_error="skip"`` skips it."""
+
+
+class ClusterError(AISIOError):
+    """The cluster cannot serve the request now. Raised after retries; never skipped."""
+
+
+class ConfigError(UsageError):
     """A setting is missing or malformed (endpoint, TLS files, retry policy, ...)."""
 
 
-class InvalidURLError(AISIOError, ValueError):
+class InvalidURLError(UsageError):
     """A source string is not a valid ``provider://bucket[/object]`` name or template."""
 
 
-class BucketNotFoundError(AISIOError):
+class BucketNotFoundError(NotFoundError):
     """The bucket does not exist on the cluster (HTTP 404, ``ErrBckNotFound``)."""
 
 
-class ObjectNotFoundError(AISIOError):
+class ObjectNotFoundError(NotFoundError):
     """One or more objects do not exist (HTTP 404).
 
     Attributes:
@@ -73,27 +113,27 @@ class ObjectNotFoundError(AISIOError):
         self.missing = tuple(missing)
 
 
-class ETLUnavailableError(AISIOError):
+class ETLUnavailableError(ClusterError):
     """The cluster cannot run ETL at all (a build without ETL support: HTTP 501)."""
 
 
-class ETLNotFoundError(AISIOError):
+class ETLNotFoundError(NotFoundError):
     """The named ETL is not running on the cluster (HTTP 404 naming the ETL)."""
 
 
-class AISRequestError(AISIOError):
+class AISRequestError(ClusterError):
     """The cluster refused a request for a reason not covered by a more specific error."""
 
 
-class AISConnectionError(AISIOError):
+class AISConnectionError(ClusterError):
     """The cluster could not be reached, or the connection broke and retries ran out."""
 
 
-class ObjectChangedError(AISIOError):
+class ObjectChangedError(DataError):
     """An object changed while it was being read, so resuming it would splice two versions."""
 
 
-class ShardFormatError(AISIOError):
+class ShardFormatError(DataError):
     """A shard is not a valid tar/WebDataset shard.
 
     Attributes:
@@ -114,32 +154,58 @@ class ShardFormatError(AISIOError):
         self.member = member
 
 
-class DecodeError(AISIOError):
+class DecodeError(DataError):
     """A sample field could not be decoded, or its decoder is refused (pickle without opt-in)."""
 
 
-class LoaderUnavailableError(AISIOError, ImportError):
+class EmptyEpochError(DataError):
+    """An epoch yielded no sample because every shard of it was skipped (``on_error="skip"``)."""
+
+
+class LoaderUnavailableError(UsageError, ImportError):
     """The loader asked for needs a package version that is not installed (DataLoader2 needs
     torchdata < 0.10; torchdata.nodes needs torchdata >= 0.10)."""
+
+
+class AuthError(AISRequestError):
+    """The cluster refused the request for lack of a valid token (HTTP 401/403)."""
 
 
 class PlaygroundError(AISIOError):
     """The local AIStore playground could not be built, started or stopped."""
 
 
+def is_skippable(error: BaseException) -> bool:
+    """Returns whether ``on_error="skip"``/``"warn"`` may skip ``error``: only a missing object
+    (or bucket, or ETL) and bad data; usage and cluster errors always raise.
+
+    Example:
+        >>> is_skippable(ShardFormatError("bad")), is_skippable(AISConnectionError("down"))
+        (True, False)
+    """
+    return isinstance(error, (NotFoundError, DataError))
+
+
 __all__ = [
     "AISConnectionError",
     "AISIOError",
     "AISRequestError",
+    "AuthError",
     "BucketNotFoundError",
+    "ClusterError",
     "ConfigError",
+    "DataError",
     "DecodeError",
     "ETLNotFoundError",
+    "EmptyEpochError",
     "ETLUnavailableError",
     "InvalidURLError",
     "LoaderUnavailableError",
+    "NotFoundError",
     "ObjectChangedError",
     "ObjectNotFoundError",
     "PlaygroundError",
     "ShardFormatError",
+    "UsageError",
+    "is_skippable",
 ]

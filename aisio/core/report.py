@@ -38,12 +38,20 @@ class ErrorReport:
         os.close(fd)
         return cls(name)
 
-    def record(self, error: BaseException, *, shard: str | None = None) -> dict[str, Any]:
-        """Writes down one skipped shard (or the rest of one) and returns the record."""
+    def record(self, error: BaseException, *, shard: str | None = None,
+               samples: int | None = None) -> dict[str, Any]:
+        """Writes down one skipped shard (or the rest of one) and returns the record.
+
+        Args:
+            error: why; its ``offset`` and ``member`` (if any) say where in the shard.
+            shard: the shard's name (default: the error's ``url``).
+            samples: how many of the shard's samples were yielded before it was skipped.
+        """
         entry = {
             "shard": shard or getattr(error, "url", None),
             "offset": getattr(error, "offset", None),
             "member": getattr(error, "member", None),
+            "samples": samples,
             "error": type(error).__name__,
             "reason": str(error),
         }

@@ -1,37 +1,135 @@
-"""Resolving sources (AIS names, prefixes, templates, HTTP URLs, SDK objects) into objects."""
+"""The one owner of "what does this source name?": sources in, typed picklable objects out.
+
+A *source* is anything a user may hand aisio: an AIS name (``"ais://bucket/train-0.tar"``), a
+brace template (``"ais://bucket/train-{0000..0099}.tar"``), a bucket or prefix
+(``"ais://bucket/train/"``), an HTTP object URL (``"http://proxy/v1/objects/b/o?provider=ais"``,
+its endpoint and ETL kept), an aistore SDK ``Bucket``, ``ObjectGroup`` or ``Object``, an
+:class:`~aisio.core.urls.AISPath`, or a list of any of these.
+
+:func:`resolve` classifies each one, without I/O, by one rule:
+
+========================================  ==========================================
+source                                    names
+========================================  ==========================================
+a brace template                          its expansion (``template``)
+a bucket, or a name ending in ``/``       every object under it (``prefix``)
+an HTTP object URL, SDK Object/Group      exactly those objects (``object``)
+SDK Bucket                                every object in it (``prefix``)
+any other name, e.g. ``ais://b/x.tar``    one object (``object``); to a *lister*
+                                          (``listing=True``: AISFileLister,
+                                          AISSourceLister, ``aisio ls``) a name
+                                          prefix, as AIStore's own listers read it
+========================================  ==========================================
+
+:func:`objects` then turns resolved sources into :class:`ObjectRef` s (templates expanded,
+prefixes listed once, here); the front ends pass those on, so a name is parsed once, not in
+every stage and every worker.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
-from aisio.core.client import Client
 from aisio.core.errors import InvalidURLError, ObjectNotFoundError
 from aisio.core.sdk import sdk_paths
-from aisio.core.urls import AISPath, expand_template, parse_ais_url, parse_object_url
+from aisio.core.urls import ETL, AISPath, expand_template, parse_ais_url, parse_object_url
+
+if TYPE_CHECKING:
+    from aisio.core.client import Client
 
 #: How many missing names an error message lists before it says "and N more".
 _SHOW_MISSING = 10
 
+Kind = Literal["object", "prefix", "template"]
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """One object to read, parsed once: its path, and the endpoint and ETL of its HTTP URL.
+
+    Attributes:
+        path: bucket and object name.
+        endpoint: the endpoint its HTTP URL named (None: the configured endpoint).
+        etl: the ETL its HTTP URL named (None: the reader's own ``etl=``, if any).
+        name: how the user spelled it (the ``__url__`` of its samples); ``path.uri()`` if None.
+    """
+
+    path: AISPath
+    endpoint: str | None = None
+    etl: ETL | None = None
+    name: str | None = None
+
+    def uri(self) -> str:
+        """Returns the name shown for this object: the user's spelling, else its AIS name."""
+        return self.name if self.name is not None else self.path.uri()
+
+
+@dataclass(frozen=True)
+class Source:
+    """One resolved source: what kind of thing it names, and where.
+
+    Attributes:
+        path: bucket and object name, prefix or template.
+        kind: ``"object"``, ``"prefix"`` or ``"template"`` (see the module's rule).
+        endpoint: the endpoint of an HTTP URL source (None: the configured one).
+        etl: the ETL of an HTTP URL source.
+        given: the source as the user wrote it, for messages and sample names.
+    """
+
+    path: AISPath
+    kind: Kind
+    endpoint: str | None = None
+    etl: ETL | None = None
+    given: str | None = None
+
+    def uri(self) -> str:
+        """Returns the source's AIS name (its template or prefix unexpanded)."""
+        return self.path.uri()
+
 
 def as_sources(sources: Any) -> list[Any]:
-    """Returns ``sources`` as a list: one source alone, or any iterable of them."""
-    if isinstance(sources, (str, bytes)) or not isinstance(sources, Iterable):
+    """Returns ``sources`` as a list: one source alone, or any iterable of them.
+
+    A string is one source, never a sequence of characters.
+    """
+    if isinstance(sources, (str, bytes, AISPath, ObjectRef, Source)) or not isinstance(
+        sources, Iterable
+    ):
         return [sources]
     if hasattr(sources, "list_names") or hasattr(sources, "list_objects_iter"):
         return [sources]  # an SDK ObjectGroup or Bucket is one source, not a collection
     return list(sources)
 
 
-def to_paths(source: Any) -> list[AISPath]:
-    """Returns the AIS paths a source names (templates still unexpanded)."""
-    if isinstance(source, AISPath):
+def _kind_of(path: AISPath, *, listing: bool) -> Kind:
+    if path.is_template:
+        return "template"
+    if not path.obj or path.obj.endswith("/") or listing:
+        return "prefix"
+    return "object"
+
+
+def resolve_one(source: Any, *, listing: bool = False) -> list[Source]:
+    """Returns what one source names, by the module's rule (no I/O).
+
+    Raises:
+        InvalidURLError: the source is none of the accepted forms, or is malformed.
+    """
+    if isinstance(source, Source):
         return [source]
+    if isinstance(source, ObjectRef):
+        return [Source(source.path, "object", source.endpoint, source.etl, source.name)]
+    if isinstance(source, AISPath):
+        return [Source(source, _kind_of(source, listing=listing))]
     if isinstance(source, str):
         if source.startswith(("http://", "https://")):
-            return [parse_object_url(source)[1]]
-        return [parse_ais_url(source)]
+            endpoint, path, etl = parse_object_url(source)
+            return [Source(path, "object", endpoint, etl, source)]
+        path = parse_ais_url(source)
+        return [Source(path, _kind_of(path, listing=listing), given=source)]
     paths = sdk_paths(source)
     if paths is None:
         raise InvalidURLError(
@@ -39,7 +137,21 @@ def to_paths(source: Any) -> list[AISPath]:
             "aistore Bucket/ObjectGroup/Object",
             url=repr(source),
         )
-    return paths
+    return [Source(p, "object" if p.obj else "prefix") for p in paths]
+
+
+def resolve(sources: Any, *, listing: bool = False) -> list[Source]:
+    """Returns what the sources name, by the module's rule (no I/O).
+
+    Example:
+        >>> [(s.kind, s.path.obj) for s in resolve(["ais://b/s-{0..1}.tar", "ais://b/x.tar",
+        ...                                         "ais://b/train/"])]
+        [('template', 's-{0..1}.tar'), ('object', 'x.tar'), ('prefix', 'train/')]
+        >>> resolve("ais://b/train-", listing=True)[0].kind
+        'prefix'
+    """
+    return [each for source in as_sources(sources) for each in resolve_one(source,
+                                                                             listing=listing)]
 
 
 def one_object(name: str) -> AISPath:
@@ -48,14 +160,14 @@ def one_object(name: str) -> AISPath:
     Raises:
         InvalidURLError: ``name`` is malformed, or names a bucket, a prefix or a template.
     """
-    path = parse_ais_url(name)
-    if not path.obj or path.obj.endswith("/") or path.is_template:
+    source = resolve_one(name)[0]
+    if source.kind != "object":
         raise InvalidURLError(
             f"{name} is not one object; name a single object such as 'ais://bucket/shard-0.tar' "
             "(list a prefix or template with AISFileLister or `aisio ls`)",
             url=name,
         )
-    return path
+    return source.path
 
 
 def expand(path: AISPath) -> Iterator[AISPath]:
@@ -65,6 +177,16 @@ def expand(path: AISPath) -> Iterator[AISPath]:
         return
     for name in expand_template(path.obj, url=path.uri()):
         yield AISPath(path.bucket, name)
+
+
+def count(sources: Sequence[Source]) -> int:
+    """Returns how many objects resolved sources name, or -1 when a prefix would need a listing."""
+    total = 0
+    for source in sources:
+        if source.kind == "prefix":
+            return -1
+        total += sum(1 for _ in expand(source.path)) if source.kind == "template" else 1
+    return total
 
 
 def list_prefix(
@@ -98,6 +220,46 @@ def check_template(client: Client, template: AISPath) -> list[AISPath]:
             missing=tuple(p.uri() for p in missing),
         )
     return paths
+
+
+def objects(source: Source, client: Client | None = None, *, check: bool = False,
+            page_size: int | None = None) -> Iterator[ObjectRef]:
+    """Yields the objects one resolved source names: the object, a template's expansion
+    (checked against the bucket with ``check``), or a prefix's listing (needs ``client``)."""
+    if source.kind == "object":
+        yield ObjectRef(source.path, source.endpoint, source.etl, source.given)
+    elif source.kind == "template":
+        if check:
+            if client is None:
+                raise ValueError("checking a template needs a client")
+            paths: Iterable[AISPath] = check_template(client, source.path)
+        else:
+            paths = expand(source.path)
+        for path in paths:
+            yield ObjectRef(path)
+    else:
+        if client is None:
+            raise ValueError("listing a prefix needs a client")
+        for path, _ in list_prefix(client, source.path, page_size=page_size):
+            yield ObjectRef(path)
+
+
+def shard_list(sources: Any, client: Client | None) -> list[ObjectRef]:
+    """Returns every object that shard sources name: templates expanded and prefixes listed once,
+    here (in the training process), rather than in every worker and every epoch.
+
+    Raises:
+        ObjectNotFoundError: a bucket or prefix holds no objects.
+    """
+    refs: list[ObjectRef] = []
+    for source in resolve(sources):
+        found = list(objects(source, client))
+        if not found and source.kind == "prefix":
+            raise ObjectNotFoundError(
+                f"there are no objects under {source.uri()}; upload shards there or fix the "
+                "bucket/prefix", url=source.uri())
+        refs.extend(found)
+    return refs
 
 
 def prefixes_for(source: Any, prefix_map: Mapping[Any, str | Sequence[str]] | None) -> list[str]:

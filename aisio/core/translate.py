@@ -13,6 +13,7 @@ from aisio.core.errors import (
     AISConnectionError,
     AISIOError,
     AISRequestError,
+    AuthError,
     BucketNotFoundError,
     ETLNotFoundError,
     ETLUnavailableError,
@@ -97,7 +98,7 @@ def error_from_status(
             missing=(url,),
         )
     if status in (401, 403):
-        return AISRequestError(
+        return AuthError(
             f"{what} {url} was refused (HTTP {status}){said}: the cluster requires "
             "authentication; pass AISConfig(token=...) or set AIS_AUTHN_TOKEN",
             url=url,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import random
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +27,7 @@ with warnings.catch_warnings():
     )
     from torchdata.dataloader2.reading_service import ReadingServiceInterface
 
+from aisio.core.fetch import check_epoch
 from aisio.core.report import ErrorReport
 from aisio.datapipes.base import IterDataPipe
 from aisio.datapipes.mpfix import install as _install_round_robin_fix
@@ -97,11 +98,16 @@ class EpochLoader(DataLoader2):
         """Makes the next iteration epoch ``epoch``."""
         self.epoch = epoch
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Any]:
         if self.base_seed is not None:
             self.seed(random.Random(f"{self.base_seed}:{self.epoch}").getrandbits(63))
         self.epoch += 1
-        return super().__iter__()
+        skipped_before = len(self.report) if self.report is not None else 0
+        yielded = 0
+        for item in super().__iter__():
+            yielded += 1
+            yield item
+        check_epoch(yielded, self.report, skipped_before=skipped_before)
 
 
 def make_loader(pipe: IterDataPipe, *, num_workers: int = 0, seed: int | None = None,

@@ -17,16 +17,20 @@ import random
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
+from torch.utils.data import default_collate
+
 from aisio.core.cache import ShardCache
+from aisio.core.client import client_for
 from aisio.core.config import AISConfig, resolve_config
 from aisio.core.decode import Decoder, to_tuple
-from aisio.core.errors import ObjectNotFoundError
+from aisio.core.epoch import Delivery, EpochProgress, ShardTask, epoch_tasks, pack
 from aisio.core.report import ErrorReport
-from aisio.core.sources import as_sources, expand, to_paths
+from aisio.core.sources import ObjectRef, resolve, shard_list
+from aisio.core.spec import PipelineSpec
 from aisio.core.threads import thread_map
 from aisio.core.urls import ETL
 from aisio.datapipes.base import IterableWrapper, IterDataPipe
-from aisio.datapipes.pipes import AISFileLister, AISFileLoader, OnError, WebDatasetParser
+from aisio.datapipes.pipes import AISFileLoader, OnError, WebDatasetParser
 
 Uneven = Literal["drop", "keep"]
 
@@ -49,28 +53,16 @@ class ToTuple:
         return f"ToTuple{self.fields!r}"
 
 
-def shard_names(sources: Any, config: AISConfig | None = None) -> list[str]:
-    """Returns the ``ais://`` names of the shards that sources stand for.
+def shard_names(sources: Any, config: AISConfig | None = None) -> list[ObjectRef]:
+    """Returns the shards that sources stand for, parsed once (see :mod:`aisio.core.sources`).
 
     Templates are expanded and SDK objects converted without I/O; a bucket or prefix
     (``ais://b/train/``) is listed once, here, rather than in every worker and every epoch.
     """
-    names: list[str] = []
-    for source in as_sources(sources):
-        for path in to_paths(source):
-            if path.is_template or (path.obj and not path.obj.endswith("/") and
-                                    not isinstance(source, str)):
-                names.extend(each.uri() for each in expand(path))
-            elif isinstance(source, str) and path.obj and not path.obj.endswith("/"):
-                names.append(path.uri())
-            else:
-                listed = list(AISFileLister([path.uri()], config=config))
-                if not listed:
-                    raise ObjectNotFoundError(
-                        f"there are no objects under {path.uri()}; upload shards there or "
-                        "fix the bucket/prefix", url=path.uri())
-                names.extend(listed)
-    return names
+    resolved = resolve(sources)
+    needs_listing = any(source.kind == "prefix" for source in resolved)
+    return shard_list(resolved, client_for(resolve_config(None, config)) if needs_listing
+                      else None)
 
 
 class ThreadMapper(IterDataPipe):
@@ -92,7 +84,7 @@ class ResampledShards(IterDataPipe):
     Seeded by DataLoader2 (a different stream in every worker of every rank).
     """
 
-    def __init__(self, names: Sequence[str], seed: int = 0) -> None:
+    def __init__(self, names: Sequence[Any], seed: int = 0) -> None:
         if not names:
             raise ValueError("ResampledShards needs at least one shard name")
         self.names = list(names)
@@ -154,33 +146,101 @@ def webdataset_pipe(
         concurrency: parallel GETs (for many small shards).
         cache: a :class:`ShardCache` keeping read shards on local disk for later epochs.
     """
-    cfg = resolve_config(url, config)
-    names = shard_names(shards, cfg)
-    if report is None:
-        report = ErrorReport.temporary() if on_error != "raise" else ErrorReport()
+    spec = PipelineSpec.build(
+        url=url, config=config, etl=etl, shuffle_shards=shuffle_shards,
+        shuffle_buffer=shuffle_buffer, decode=decode, decode_threads=decode_threads,
+        tuple_fields=tuple_fields, batch_size=batch_size, collate=collate, on_error=on_error,
+        report=report, concurrency=concurrency, cache=cache)
+    names = shard_names(shards, spec.config)
     pipe: IterDataPipe
     if resampled:
         pipe = ResampledShards(names)
     else:
         pipe = IterableWrapper(names, deepcopy=False)
-        if shuffle_shards:
+        if spec.shuffle_shards:
             pipe = pipe.shuffle(buffer_size=len(names))
         pipe = pipe.sharding_filter()
-    pipe = AISFileLoader(pipe, config=cfg, etl=etl, concurrency=concurrency, on_error=on_error,
-                         report=report, cache=cache)
-    pipe = WebDatasetParser(pipe, on_error=on_error, report=report)
-    if shuffle_buffer:
-        pipe = pipe.shuffle(buffer_size=shuffle_buffer)
-    if decode is not None:
-        decoder = decode if isinstance(decode, Decoder) else Decoder(decode)
-        pipe = ThreadMapper(pipe, decoder, decode_threads) if decode_threads else pipe.map(decoder)
-    if tuple_fields:
-        pipe = pipe.map(ToTuple(*tuple_fields))
-    if batch_size:
-        pipe = pipe.batch(batch_size)
-        if collate:
+    pipe = samples_pipe(pipe, spec)
+    if spec.tuple_fields:
+        pipe = pipe.map(ToTuple(*spec.tuple_fields))
+    if spec.batch_size:
+        pipe = pipe.batch(spec.batch_size)
+        if spec.collate:
             pipe = pipe.collate()
-    pipe.report = report  # type: ignore[attr-defined]
+    pipe.report = spec.report  # type: ignore[attr-defined]
     return pipe
 
 
+def samples_pipe(source: IterDataPipe, spec: PipelineSpec) -> IterDataPipe:
+    """Returns ``source`` (shard names or tasks, already split) -> load -> parse -> shuffle
+    samples -> decode: the middle of every aisio pipeline."""
+    pipe: IterDataPipe = AISFileLoader(source, config=spec.config, etl=spec.etl,
+                                       concurrency=spec.concurrency, on_error=spec.on_error,
+                                       report=spec.report, cache=spec.cache)
+    pipe = WebDatasetParser(pipe, on_error=spec.on_error, report=spec.report)
+    if spec.shuffle_buffer:
+        pipe = pipe.shuffle(buffer_size=spec.shuffle_buffer)
+    if spec.decoder is not None:
+        pipe = (ThreadMapper(pipe, spec.decoder, spec.decode_threads) if spec.decode_threads
+                else pipe.map(spec.decoder))
+    return pipe
+
+
+class ShardTasks(IterDataPipe):
+    """Yields an epoch's :class:`~aisio.core.epoch.ShardTask` s, the same list in every process
+    (so that ``sharding_filter`` hands each to exactly one reader): every shard in the order of
+    ``(seed, epoch)``, or, when ``resume`` is a saved state of this epoch, what it left.
+
+    The loader sets :attr:`epoch` and :attr:`resume` before each epoch.
+    """
+
+    def __init__(self, shards: Sequence[ObjectRef], *, seed: int, shuffle: bool) -> None:
+        self.shards = list(shards)
+        self.seed = seed
+        self.shuffled = shuffle
+        self.epoch = 0
+        self.resume: dict[str, Any] | None = None
+
+    def __iter__(self) -> Iterator[ShardTask]:
+        progress = None
+        if self.resume is not None and self.resume["epoch"] == self.epoch:
+            progress = EpochProgress.from_state(self.resume, self.shards)
+        yield from epoch_tasks(self.shards, self.seed, self.epoch, shuffle=self.shuffled,
+                               resume=progress)
+
+    def __len__(self) -> int:
+        return len(self.shards)
+
+
+class Pack(IterDataPipe):
+    """Yields :class:`~aisio.core.epoch.Delivery` items: samples made tuples, batched and
+    collated as the spec says, each with the positions of its samples."""
+
+    def __init__(self, source: IterDataPipe, spec: PipelineSpec) -> None:
+        self.source = source
+        self.spec = spec
+
+    def __iter__(self) -> Iterator[Delivery]:
+        spec = self.spec
+        return pack(self.source, batch_size=spec.batch_size,
+                    finish=ToTuple(*spec.tuple_fields) if spec.tuple_fields else None,
+                    collate=default_collate if spec.batch_size and spec.collate else None)
+
+
+def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int) -> IterDataPipe:
+    """Returns the resumable pipeline: :class:`ShardTasks` -> sharding_filter -> load ->
+    parse -> shuffle samples -> decode -> :class:`Pack`. Its items are deliveries that a
+    loader unpacks in the training process (see :mod:`aisio.core.loop`)."""
+    tasks = ShardTasks(shards, seed=seed, shuffle=spec.shuffle_shards)
+    return Pack(samples_pipe(tasks.sharding_filter(), spec), spec)
+
+
+def shard_tasks(pipe: IterDataPipe) -> ShardTasks:
+    """Returns the :class:`ShardTasks` at the source of an :func:`epoch_pipe`."""
+    node: Any = pipe
+    while not isinstance(node, ShardTasks):
+        node = getattr(node, "source", None) or getattr(node, "source_datapipe", None) or (
+            getattr(node, "datapipe", None))
+        if node is None:
+            raise ValueError("the pipe has no ShardTasks at its source")
+    return node

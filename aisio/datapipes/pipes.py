@@ -7,52 +7,31 @@ lazily in whichever process iterates it, so the DataPipes pickle into worker pro
 
 from __future__ import annotations
 
-import io
-import logging
-import warnings
-from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Literal
+from typing import IO, Any
 
-from aisio.core.batch import get_batch
 from aisio.core.cache import ShardCache
 from aisio.core.client import Client, client_for
 from aisio.core.config import AISConfig, resolve_config
-from aisio.core.errors import AISIOError, InvalidURLError, ObjectNotFoundError
+from aisio.core.epoch import ShardTask, task_samples
+from aisio.core.errors import AISIOError
+from aisio.core.fetch import ErrorPolicy, Fetcher, OnError
 from aisio.core.report import ErrorReport
 from aisio.core.samples import group_samples
 from aisio.core.sources import (
     as_sources,
-    check_template,
-    expand,
+    count,
     list_prefix,
+    objects,
     prefixes_for,
-    to_paths,
+    resolve,
+    resolve_one,
 )
 from aisio.core.tar import iter_tar
-from aisio.core.urls import ETL, AISPath, count_template, object_url, parse_object_url, to_etl
+from aisio.core.urls import ETL, AISPath, object_url, to_etl
 from aisio.datapipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 
-log = logging.getLogger("aisio")
-
-OnError = Literal["raise", "warn", "skip"]
-
-
-def _check_on_error(on_error: str) -> None:
-    if on_error not in ("raise", "warn", "skip"):
-        raise ValueError(f"on_error={on_error!r} must be 'raise', 'warn' or 'skip'")
-
-
-def _skip(on_error: OnError, report: ErrorReport, error: AISIOError, shard: str) -> None:
-    """Records a skipped shard (or the rest of one), warning if asked; re-raises on "raise"."""
-    if on_error == "raise":
-        raise error
-    report.record(error, shard=shard)
-    message = f"aisio skipped {'the rest of ' if getattr(error, 'offset', None) else ''}{shard}: "
-    if on_error == "warn":
-        warnings.warn(message + str(error), stacklevel=3)
-    log.info("%s%s", message, error)
+__all__ = ["AISFileLister", "AISFileLoader", "AISSourceLister", "OnError", "WebDatasetParser"]
 
 
 class _AISDataPipe(IterDataPipe):
@@ -87,27 +66,16 @@ def _source_items(source: Any) -> Iterable[Any]:
     return source if isinstance(source, IterDataPipe) else as_sources(source)
 
 
-def _is_exact(source: Any, path: AISPath) -> bool:
-    """Strings name prefixes; SDK Objects/ObjectGroups and HTTP URLs name exact objects."""
-    if isinstance(source, str):
-        return source.startswith(("http://", "https://"))
-    return bool(path.obj)
-
-
-def _count(sources: Any) -> int:
+def _count(sources: Any, *, listing: bool) -> int:
     """Returns how many objects static sources name, or -1 when a listing would be needed."""
-    if isinstance(sources, IterDataPipe):
-        return -1
-    total = 0
-    for source in as_sources(sources):
-        for path in to_paths(source):
-            if path.is_template:
-                total += count_template(path.obj)
-            elif _is_exact(source, path):
-                total += 1
-            else:
-                return -1
-    return total
+    return -1 if isinstance(sources, IterDataPipe) else count(resolve(sources, listing=listing))
+
+
+def _etl(etl: Any, etl_name: str | None) -> ETL | None:
+    """Returns the ETL of ``etl=``, or of ``etl_name=`` (the removed AIStore DataPipes' name)."""
+    if etl is not None and etl_name is not None:
+        raise ValueError("pass etl= or etl_name=, not both (etl_name= is the older spelling)")
+    return to_etl(etl if etl is not None else etl_name)
 
 
 @functional_datapipe("ais_list_files")
@@ -145,7 +113,8 @@ class AISFileLister(_AISDataPipe):
         check_templates: bool = False,
         page_size: int | None = None,
     ) -> None:
-        super().__init__(url, config, length if length >= 0 else _count(source_datapipe))
+        super().__init__(url, config,
+                         length if length >= 0 else _count(source_datapipe, listing=True))
         self.source_datapipe = source_datapipe
         self.props = props
         self.check_templates = check_templates
@@ -153,21 +122,16 @@ class AISFileLister(_AISDataPipe):
 
     def __iter__(self) -> Iterator[Any]:
         props = f"name,{self.props}" if self.props else "name"
-        for source in _source_items(self.source_datapipe):
-            for path in to_paths(source):
-                if path.is_template:
-                    if self.check_templates:
-                        paths: Iterable[AISPath] = check_template(self._client(), path)
-                    else:
-                        paths = expand(path)
-                    for each in paths:
-                        yield (each.uri(), {}) if self.props else each.uri()
-                elif _is_exact(source, path):
-                    yield (path.uri(), {}) if self.props else path.uri()
-                else:
-                    for found, entry in list_prefix(self._client(), path, props=props,
+        for item in _source_items(self.source_datapipe):
+            for source in resolve_one(item, listing=True):
+                if source.kind == "prefix":
+                    for found, entry in list_prefix(self._client(), source.path, props=props,
                                                     page_size=self.page_size):
                         yield (found.uri(), entry) if self.props else found.uri()
+                    continue
+                client = self._client() if self.check_templates else None
+                for ref in objects(source, client, check=self.check_templates):
+                    yield (ref.path.uri(), {}) if self.props else ref.path.uri()
 
 
 @functional_datapipe("ais_list_sources")
@@ -180,7 +144,8 @@ class AISSourceLister(_AISDataPipe):
     Args:
         ais_sources: sources as for :class:`AISFileLister` (alone, a list or an IterDataPipe).
         prefix_map: ``{source: prefix or [prefixes]}`` to list only part of a bucket source.
-        etl: an ETL name, :class:`aisio.ETL` (name and args) or the SDK's ``ETLConfig``.
+        etl: an ETL name, :class:`aisio.ETL` (name and args) or the SDK's ``ETLConfig``
+            (``etl_name=`` is accepted too, as the removed AIStore DataPipes spelled it).
         url: the AIStore endpoint (else ``config``, else ``AIS_ENDPOINT``).
         config: an :class:`AISConfig`.
         length: the number of URLs, if known.
@@ -200,23 +165,25 @@ class AISSourceLister(_AISDataPipe):
         config: AISConfig | None = None,
         length: int = -1,
         page_size: int | None = None,
+        etl_name: str | None = None,
     ) -> None:
-        super().__init__(url, config, length if length >= 0 or prefix_map else _count(ais_sources))
+        super().__init__(url, config, length if length >= 0 or prefix_map
+                         else _count(ais_sources, listing=True))
         self.ais_sources = ais_sources
         self.prefix_map = prefix_map
-        self.etl = to_etl(etl)
+        self.etl = _etl(etl, etl_name)
         self.page_size = page_size
 
     def __iter__(self) -> Iterator[str]:
         endpoint = self._client().endpoint
-        for source in _source_items(self.ais_sources):
-            for path in to_paths(source):
-                if path.is_template or _is_exact(source, path):
-                    for each in expand(path):
-                        yield object_url(endpoint, each, self.etl)
+        for item in _source_items(self.ais_sources):
+            for source in resolve_one(item, listing=True):
+                if source.kind != "prefix":
+                    for ref in objects(source):
+                        yield object_url(ref.endpoint or endpoint, ref.path, ref.etl or self.etl)
                     continue
-                for prefix in prefixes_for(source, self.prefix_map):
-                    scoped = AISPath(path.bucket, path.obj + prefix)
+                for prefix in prefixes_for(item, self.prefix_map):
+                    scoped = AISPath(source.path.bucket, source.path.obj + prefix)
                     for found, _ in list_prefix(self._client(), scoped, page_size=self.page_size):
                         yield object_url(endpoint, found, self.etl)
 
@@ -234,11 +201,12 @@ class AISFileLoader(_AISDataPipe):
         source_datapipe: object names or URLs, alone, in a list, or from an upstream IterDataPipe.
         url: the AIStore endpoint for ``ais://`` names (else ``config``, else ``AIS_ENDPOINT``).
         length: the number of objects, if known.
-        etl: an ETL to apply to ``ais://`` names.
+        etl: an ETL to apply to ``ais://`` names (``etl_name=`` is accepted too, as the removed
+            AIStore/torchdata DataPipes spelled it).
         config: an :class:`AISConfig`.
         concurrency: parallel GETs for many small objects (1: stream one at a time).
-        on_error: ``"raise"`` typed errors (missing object, ETL, retries exhausted); ``"skip"`` or
-            ``"warn"`` to record the object in ``report`` and go on with the next.
+        on_error: ``"raise"`` typed errors; ``"skip"`` or ``"warn"`` to record a missing object
+            in ``report`` and go on with the next (cluster errors always raise).
         report: where skipped objects are recorded (default: a new in-memory report).
         cache: a :class:`ShardCache`: objects read to the end are kept on local disk and read
             from there next time (keyed by URL, so by object and ETL).
@@ -264,152 +232,26 @@ class AISFileLoader(_AISDataPipe):
         report: ErrorReport | None = None,
         cache: ShardCache | None = None,
         batch_get: int = 0,
+        etl_name: str | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency={concurrency} must be at least 1")
-        _check_on_error(on_error)
         super().__init__(url, config, length)
         self.source_datapipe = source_datapipe
-        self.etl = to_etl(etl)
-        self.concurrency = concurrency
-        self.on_error = on_error
         self.report = report if report is not None else ErrorReport()
-        self.cache = cache
-        if batch_get < 0:
-            raise ValueError(f"batch_get={batch_get} must be >= 0 (0: one GET per object)")
-        self.batch_get = batch_get
+        self.fetcher = Fetcher(self.config, _etl(etl, etl_name), concurrency, batch_get, cache,
+                               ErrorPolicy(on_error, self.report))
 
-    def _requests(self) -> Iterator[tuple[str, Client, str, AISPath, ETL | None]]:
-        """Yields (name, client, GET url, path, etl) for every object the sources name."""
-        for source in _source_items(self.source_datapipe):
-            if isinstance(source, str) and source.startswith(("http://", "https://")):
-                endpoint, path, etl = parse_object_url(source)
-                yield source, self._client_for_endpoint(endpoint), source, path, etl
-                continue
-            for path in to_paths(source):
-                for each in expand(path):
-                    if not each.obj or each.obj.endswith("/"):
-                        raise InvalidURLError(
-                            f"{each.uri()} names a bucket or prefix, not an object; list it "
-                            "first: AISFileLister(...).ais_load_files(...)",
-                            url=each.uri(),
-                        )
-                    url = object_url(self._client().endpoint, each, self.etl)
-                    name = source if isinstance(source, str) and not path.is_template else (
-                        each.uri()
-                    )
-                    yield name, self._client(), url, each, self.etl
-
-    def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
-        if self.batch_get:
-            yield from self._iter_batched()
-            return
-        if self.concurrency == 1:
-            for name, client, url, path, etl in self._requests():
-                cached = self.cache.open(url) if self.cache else None
-                if cached is not None:
-                    yield name, StreamWrapper(cached, name=name)
-                    continue
-                try:
-                    reader = client.open(url, name=path.uri(), etl=etl)
-                except AISIOError as exc:
-                    _skip(self.on_error, self.report, exc, name)
-                    continue
-                stream = self.cache.filling(url, reader) if self.cache else reader
-                yield name, StreamWrapper(stream, name=name)
-            return
-        yield from self._iter_concurrent()
-
-    def _iter_concurrent(self) -> Iterator[tuple[str, StreamWrapper]]:
-        window: deque[tuple[str, Future[bytes]]] = deque()
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="aisio-get") as pool:
-            try:
-                for name, client, url, path, etl in self._requests():
-                    window.append((name, pool.submit(_fetch, client, url, path, etl,
-                                                     self.cache)))
-                    if len(window) >= 2 * self.concurrency:
-                        yield from self._settle(*window.popleft())
-                while window:
-                    yield from self._settle(*window.popleft())
-            finally:
-                for _, future in window:
-                    future.cancel()
+    def __iter__(self) -> Iterator[tuple[Any, StreamWrapper]]:
+        for key, stream in self.fetcher.streams(_source_items(self.source_datapipe)):
+            yield key, StreamWrapper(stream, name=key.uri() if isinstance(key, ShardTask) else key)
 
 
-    def _iter_batched(self) -> Iterator[tuple[str, StreamWrapper]]:
-        group: list[tuple[str, Client, str, AISPath, ETL | None]] = []
-        for request in self._requests():
-            _, client, _, path, etl = request
-            if group and (etl is not None or client is not group[0][1]
-                          or path.bucket != group[0][3].bucket or len(group) == self.batch_get):
-                yield from self._flush(group)
-                group = []
-            group.append(request)
-        yield from self._flush(group)
-
-    def _flush(self, group: list[tuple[str, Client, str, AISPath, ETL | None]]
-               ) -> Iterator[tuple[str, StreamWrapper]]:
-        """Yields a group's objects from one Get-Batch; what it could not give, one by one."""
-        if not group:
-            return
-        done = 0
-        if group[0][4] is None and len(group) > 1:
-            batch = get_batch(group[0][1], group[0][3].bucket, [req[3].obj for req in group])
-            while True:
-                try:
-                    _, data = next(batch)
-                except StopIteration:
-                    break
-                except AISIOError as exc:
-                    log.debug("aisio: Get-Batch refused (%s); reading %d object(s) one by one",
-                              exc, len(group) - done)
-                    break
-                name, path = group[done][0], group[done][3]
-                done += 1
-                if data is None:
-                    _skip(self.on_error, self.report, ObjectNotFoundError(
-                        f"object {path.uri()} does not exist; check the name, or list the "
-                        "bucket to see what is there", url=path.uri(), missing=(path.uri(),)),
-                        name)
-                    continue
-                yield name, StreamWrapper(io.BytesIO(data), name=name)
-        for name, client, url, path, etl in group[done:]:
-            try:
-                data = _fetch(client, url, path, etl, self.cache)
-            except AISIOError as exc:
-                _skip(self.on_error, self.report, exc, name)
-                continue
-            yield name, StreamWrapper(io.BytesIO(data), name=name)
-
-    def _settle(self, name: str, future: Future[bytes]) -> Iterator[tuple[str, StreamWrapper]]:
-        try:
-            data = future.result()
-        except AISIOError as exc:
-            _skip(self.on_error, self.report, exc, name)
-            return
-        yield name, StreamWrapper(io.BytesIO(data), name=name)
-
-
-def _drain(stream: Any, limit: int = 1 << 20) -> None:
+def _drain(stream: IO[bytes], limit: int = 1 << 20) -> None:
     """Reads the end-of-archive padding after the last member (a cache keeps only whole shards)."""
     while limit > 0:
         chunk = stream.read(min(limit, 1 << 16))
         if not chunk:
             return
         limit -= len(chunk)
-
-
-def _fetch(client: Client, url: str, path: AISPath, etl: ETL | None,
-           cache: ShardCache | None) -> bytes:
-    cached = cache.open(url) if cache else None
-    if cached is not None:
-        with cached:
-            return cached.read()
-    with client.open(url, name=path.uri(), etl=etl) as reader:
-        data = reader.read()
-    if cache is not None:
-        cache.store(url, data)
-    return data
 
 
 @functional_datapipe("ais_parse_webdataset")
@@ -437,17 +279,24 @@ class WebDatasetParser(IterDataPipe):
 
     def __init__(self, source_datapipe: Iterable[tuple[str, Any]], *,
                  on_error: OnError = "raise", report: ErrorReport | None = None) -> None:
-        _check_on_error(on_error)
         self.source_datapipe = source_datapipe
-        self.on_error = on_error
         self.report = report if report is not None else ErrorReport()
+        self.policy = ErrorPolicy(on_error, self.report)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for url, stream in self.source_datapipe:
+        for key, stream in self.source_datapipe:
+            # A ShardTask (from a resumable loader) says where in the shard the stream starts;
+            # its samples carry their positions to the training process.
+            url = key.uri() if isinstance(key, ShardTask) else key
+            delivered = 0
             try:
-                yield from group_samples(iter_tar(stream, url=url), url=url)
+                samples = (task_samples(key, stream) if isinstance(key, ShardTask)
+                           else group_samples(iter_tar(stream, url=url), url=url))
+                for sample in samples:
+                    yield sample
+                    delivered += 1
                 _drain(stream)
             except AISIOError as exc:
-                _skip(self.on_error, self.report, exc, url)
+                self.policy.handle(exc, url, samples=delivered)
             finally:
                 stream.close()

@@ -24,7 +24,8 @@ from typing import Any, NamedTuple
 import requests
 
 from aisio.core.urls import AISPath, Bucket, object_url
-from aisio.datapipes.pipeline import make_loader, webdataset_pipe
+from aisio.datapipes.dataloader2 import make_loader
+from aisio.datapipes.pipeline import webdataset_pipe
 from aisio.datapipes.pipes import AISFileLister, AISFileLoader, AISSourceLister, WebDatasetParser
 
 MiB = 1 << 20

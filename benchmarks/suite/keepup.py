@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from aisio.datapipes.pipeline import webdataset_loader
+from aisio.datapipes.dataloader2 import webdataset_loader
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,39 @@ def test_skip_keeps_every_good_sample_and_reports_the_rest(
     assert records["missing.tar"]["error"] == "ObjectNotFoundError"
     assert records["truncated.tar"]["offset"] == 2300
     assert records["truncated.tar"]["member"] == "k1.bin"
+    # Each record says how many samples of the shard were yielded: here none, as k0 is held
+    # until its key ends, even where its bytes end exactly where the fault begins (1536).
+    assert records["truncated.tar"]["samples"] == 0
+    assert (records["corrupt-header.tar"]["offset"], records["corrupt-header.tar"]["samples"]
+            ) == (1536, 0)
+    assert records["missing.tar"]["samples"] is None
     assert records["duplicate-suffix.tar"]["member"] == "a.bin"
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_epoch_whose_every_shard_is_skipped_raises(ais_endpoint: str, bucket: Bucket,
+                                                       mixed: object, num_workers: int) -> None:
+    bad = [bucket.uri(f"{n}.tar") for n in BAD_SHARDS] + [bucket.uri("missing.tar")]
+    loader = aisio.webdataset_loader(bad, url=ais_endpoint, num_workers=num_workers,
+                                     on_error="skip")
+    try:
+        with pytest.raises(aisio.EmptyEpochError, match=r"all 6 shard\(s\) were skipped"):
+            list(loader)
+    finally:
+        loader.shutdown()
+
+
+def test_an_unreachable_cluster_is_never_skipped(bucket: Bucket) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port on loopback that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    config = aisio.AISConfig(endpoint=dead, max_retries=1, backoff=0.01)
+    for on_error in ("skip", "warn"):
+        with pytest.raises(aisio.AISConnectionError, match="retries ran out"):
+            list(aisio.webdataset_pipe(bucket.uri("s-{0..2}.tar"), config=config,
+                                       on_error=on_error))  # type: ignore[arg-type]
 
 
 def test_warn_mode_warns_once_per_bad_shard(ais_endpoint: str,

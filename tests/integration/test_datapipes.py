@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 import pytest
 import requests
-from torchdata.datapipes.iter import IterableWrapper
 
 import aisio
 from aisio import (
@@ -23,6 +22,7 @@ from aisio import (
 )
 from aisio.core.client import Client
 from aisio.core.urls import AISPath, Bucket
+from aisio.datapipes.base import IterableWrapper
 
 ODD_NAMES = ["with space.bin", "ünïcödé/ß.bin", "q?mark.bin", "hash#tag.bin", "pct%41.bin",
              "dots..bin"]

@@ -99,6 +99,11 @@ def test_token_is_required_and_used_everywhere(secure_cluster: tuple[str, str],
             assert sorted(s["__key__"] for s in loader) == sorted(keys)
         finally:
             loader.shutdown()
+        # A rejected token is a cluster error: on_error="skip" must not turn it into an
+        # empty epoch.
+        monkeypatch.setenv("AIS_AUTHN_TOKEN", make_token(secret="not-the-secret"))
+        with pytest.raises(aisio.AuthError, match="AIS_AUTHN_TOKEN"):
+            list(aisio.webdataset_pipe(template, on_error="skip"))
     finally:
         client.destroy_bucket(bucket)
 

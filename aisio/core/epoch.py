@@ -1,0 +1,385 @@
+"""Epochs: which shard each reader gets, and what the training loop has received (to resume).
+
+Framework-free bookkeeping that every front end carries the same way:
+
+* :class:`ShardTask` is one unit of work: a shard, and where in it to start (a byte offset at a
+  sample boundary, the ordinal of the sample found there, and the ordinals to skip past it).
+* :func:`epoch_tasks` turns the shard list, the seed and the epoch (and, when resuming, a saved
+  state) into the epoch's task list, the same in every process, so that a shard split by index
+  (``sharding_filter``: rank x worker) hands each task to exactly one reader.
+* Every sample carries its position ``(shard, ordinal, end, last)`` from the tar parser to the
+  training loop; batches carry their samples' positions in a :class:`Delivery`, which the front
+  end unpacks in the training process and records in an :class:`EpochProgress`. Prefetched
+  and buffered samples are not recorded, only what the loop received.
+* :meth:`EpochProgress.state_dict` is small and JSON-serialisable: the epoch, the seed, the
+  shard list's identity, the finished shards (as index ranges) and, for each shard in progress,
+  the offset and ordinal of its first undelivered sample and the ordinals delivered beyond it,
+  with their end offsets (the shuffle buffer delivers out of order). Per-rank states merge with
+  :func:`merge_states`; a merged state resumes on any number of workers and ranks: finished
+  shards are not read again, shards in progress are reopened with ``Range`` at their first
+  undelivered sample, the rest are split across the new readers. Every sample of the epoch is
+  delivered exactly once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aisio.core.errors import UsageError
+from aisio.core.sources import ObjectRef
+
+STATE_VERSION = 1
+
+
+class StateMismatchError(UsageError):
+    """A saved loader state does not fit this loader (another dataset, shard list or format)."""
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard to read in an epoch, from a sample boundary.
+
+    Attributes:
+        index: the shard's index in the loader's shard list (stable across epochs and resumes).
+        ref: the shard's object.
+        start: byte offset to read from (a ``Range`` request when not 0).
+        first: the ordinal (0-based, within the shard) of the sample that starts at ``start``.
+        skip: ordinals at or past ``first`` that were delivered already: read but not yielded.
+    """
+
+    index: int
+    ref: ObjectRef
+    start: int = 0
+    first: int = 0
+    skip: frozenset[int] = frozenset()
+
+    def uri(self) -> str:
+        """Returns the shard's name."""
+        return self.ref.uri()
+
+
+class Delivery:
+    """An item on its way to the training loop, with the positions of the samples in it.
+
+    ``positions`` holds one ``(shard, ordinal, end, last)`` tuple per sample: the shard's index,
+    the sample's ordinal in the shard, the byte offset where the sample ends (where a reader
+    restarts after it), and whether it is the shard's last sample.
+    """
+
+    __slots__ = ("positions", "value")
+
+    def __init__(self, value: Any, positions: list[tuple[int, int, int, bool]]) -> None:
+        self.value = value
+        self.positions = positions
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Delivery, (self.value, self.positions))
+
+    def __repr__(self) -> str:
+        return f"Delivery({len(self.positions)} sample(s))"
+
+
+def shard_list_id(refs: Sequence[ObjectRef]) -> str:
+    """Returns a short identity of a shard list (its names, in order)."""
+    digest = hashlib.sha256("\n".join(ref.path.uri() for ref in refs).encode())
+    return digest.hexdigest()[:16]
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """Returns the seed of epoch ``epoch`` of a run seeded with ``seed``."""
+    return random.Random(f"{seed}:{epoch}").getrandbits(63)
+
+
+def shard_order(count: int, seed: int | None, epoch: int, *, shuffle: bool) -> list[int]:
+    """Returns the order in which an epoch reads shards ``0..count-1``."""
+    order = list(range(count))
+    if shuffle:
+        random.Random(epoch_seed(seed or 0, epoch)).shuffle(order)
+    return order
+
+
+@dataclass
+class _Partial:
+    """A shard in progress: everything before ``lo`` was delivered; ``above`` past it."""
+
+    lo: int
+    offset: int
+    above: dict[int, int] = field(default_factory=dict)  # ordinal -> end offset
+    total: int | None = None  # the shard's sample count, once its last sample was delivered
+
+
+class EpochProgress:
+    """What the training loop has received in one epoch, shard by shard.
+
+    Args:
+        shards: the loader's shard list.
+        seed: the run's seed (None: unseeded).
+        epoch: the epoch's number.
+    """
+
+    def __init__(self, shards: Sequence[ObjectRef], seed: int | None, epoch: int) -> None:
+        self.count = len(shards)
+        self.list_id = shard_list_id(shards)
+        self.seed = seed
+        self.epoch = epoch
+        self.done: set[int] = set()
+        self.partial: dict[int, _Partial] = {}
+        self.delivered = 0
+
+    def record(self, positions: Iterable[tuple[int, int, int, bool]]) -> None:
+        """Records samples as received by the training loop."""
+        for shard, ordinal, end, last in positions:
+            self.delivered += 1
+            if shard in self.done:
+                raise AssertionError(f"shard {shard} delivered sample {ordinal} twice")
+            part = self.partial.get(shard)
+            if part is None:
+                part = self.partial[shard] = _Partial(0, 0)
+            if last:
+                part.total = ordinal + 1
+            if ordinal == part.lo:
+                part.lo, part.offset = ordinal + 1, end
+                while part.lo in part.above:
+                    part.offset = part.above.pop(part.lo)
+                    part.lo += 1
+            elif ordinal > part.lo:
+                part.above[ordinal] = end
+            if part.total is not None and part.lo >= part.total:
+                del self.partial[shard]
+                self.done.add(shard)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Returns the epoch's progress as a small JSON-serialisable dict."""
+        return {
+            "version": STATE_VERSION,
+            "shard_list": self.list_id,
+            "shards": self.count,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "delivered": self.delivered,
+            "done": _ranges(sorted(self.done)),
+            "partial": {str(shard): [p.lo, p.offset, sorted(map(list, p.above.items())), p.total]
+                        for shard, p in sorted(self.partial.items())},
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], shards: Sequence[ObjectRef]) -> EpochProgress:
+        """Returns the progress a saved state describes, checked against this shard list.
+
+        Raises:
+            StateMismatchError: the state is malformed, or from another shard list.
+        """
+        check_state(state, shards)
+        progress = cls(shards, state["seed"], state["epoch"])
+        progress.delivered = int(state["delivered"])
+        progress.done = set(_unranges(state["done"]))
+        for key, (lo, offset, above, total) in state["partial"].items():
+            progress.partial[int(key)] = _Partial(int(lo), int(offset),
+                                                  {int(o): int(end) for o, end in above}, total)
+        return progress
+
+    def tasks(self, shards: Sequence[ObjectRef], *, shuffle: bool) -> list[ShardTask]:
+        """Returns what is left of the epoch: shards in progress first (from their first
+        undelivered sample), then the untouched ones in the epoch's order."""
+        order = shard_order(self.count, self.seed, self.epoch, shuffle=shuffle)
+        left: list[ShardTask] = []
+        for index in order:
+            part = self.partial.get(index)
+            if part is not None:
+                left.append(ShardTask(index, shards[index], part.offset, part.lo,
+                                      frozenset(part.above)))
+        left.extend(ShardTask(index, shards[index]) for index in order
+                    if index not in self.done and index not in self.partial)
+        return left
+
+
+def epoch_tasks(shards: Sequence[ObjectRef], seed: int | None, epoch: int, *, shuffle: bool,
+                resume: EpochProgress | None = None) -> list[ShardTask]:
+    """Returns an epoch's task list: every shard from its start, or what ``resume`` left."""
+    if resume is not None and resume.epoch == epoch:
+        return resume.tasks(shards, shuffle=shuffle)
+    return [ShardTask(i, shards[i]) for i in shard_order(len(shards), seed, epoch,
+                                                         shuffle=shuffle)]
+
+
+def check_state(state: Any, shards: Sequence[ObjectRef]) -> None:
+    """Raises :class:`StateMismatchError` unless ``state`` is a loader state for ``shards``."""
+    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+        raise StateMismatchError(
+            f"this is not an aisio loader state (version {STATE_VERSION}): got "
+            f"{_describe(state)}; pass what loader.state_dict() returned")
+    try:
+        count, list_id = int(state["shards"]), str(state["shard_list"])
+        int(state["epoch"]), int(state["delivered"])
+        ranges, partial = state["done"], state["partial"]
+        _unranges(ranges)
+        for key, value in partial.items():
+            int(key)
+            lo, offset, above, total = value
+            int(lo), int(offset), [(int(o), int(end)) for o, end in above]
+            if total is not None:
+                int(total)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateMismatchError(
+            f"the loader state is corrupt ({type(exc).__name__}: {exc}); load an intact "
+            "checkpoint") from exc
+    if count != len(shards) or list_id != shard_list_id(shards):
+        raise StateMismatchError(
+            f"the loader state is for another shard list ({count} shards, id {list_id}) than "
+            f"this loader's ({len(shards)} shards, id {shard_list_id(shards)}); resume with the "
+            "same shards in the same order")
+
+
+def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Returns one state from the per-rank states of one epoch (each covers its own shards).
+
+    Raises:
+        StateMismatchError: the states are of different shard lists, seeds or epochs, or two
+            ranks claim the same shard.
+    """
+    if not states:
+        raise StateMismatchError("there are no states to merge")
+    first = states[0]
+    keys = ("version", "shard_list", "shards", "seed", "epoch")
+    for other in states[1:]:
+        if any(other.get(k) != first.get(k) for k in keys):
+            raise StateMismatchError(
+                "the states are of different runs or epochs: "
+                f"{ {k: first.get(k) for k in keys} } vs { {k: other.get(k) for k in keys} }")
+    done: set[int] = set()
+    partial: dict[str, Any] = {}
+    for state in states:
+        mine = set(_unranges(state["done"]))
+        overlap = (mine & done) | (mine & {int(k) for k in partial}) | (
+            {int(k) for k in state["partial"]} & (done | {int(k) for k in partial}))
+        if overlap:
+            raise StateMismatchError(
+                f"two states both hold shard(s) {sorted(overlap)[:5]}: merge the states of "
+                "different ranks of one run, once each")
+        done |= mine
+        partial.update(state["partial"])
+    return {**{k: first[k] for k in keys}, "delivered": sum(s["delivered"] for s in states),
+            "done": _ranges(sorted(done)), "partial": dict(sorted(partial.items(),
+                                                                    key=lambda kv: int(kv[0])))}
+
+
+def state_size(state: dict[str, Any]) -> int:
+    """Returns the size of a state as compact JSON, in bytes."""
+    return len(json.dumps(state, separators=(",", ":")))
+
+
+def _ranges(sorted_ints: Sequence[int]) -> list[list[int]]:
+    """Returns ``[[first, last], ...]`` runs of consecutive integers."""
+    runs: list[list[int]] = []
+    for value in sorted_ints:
+        if runs and runs[-1][1] == value - 1:
+            runs[-1][1] = value
+        else:
+            runs.append([value, value])
+    return runs
+
+
+def _unranges(runs: Any) -> Iterator[int]:
+    for first, last in runs:
+        yield from range(int(first), int(last) + 1)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict):
+        return f"a dict with keys {sorted(value)[:6]}"
+    return type(value).__name__
+
+
+
+
+POSITION = "__pos__"
+"""The sample field that carries ``(shard, ordinal, end, last)`` to the training process."""
+
+
+def task_samples(task: ShardTask, stream: Any) -> Iterator[dict[str, Any]]:
+    """Yields the samples of one task's stream (opened at ``task.start``), each with its
+    position in :data:`POSITION`; samples in ``task.skip`` are read but not yielded.
+
+    The last sample of the shard is held until the end of the archive is seen, so that it can
+    be marked ``last``.
+    """
+    from aisio.core.samples import group_samples_with_end
+    from aisio.core.tar import iter_tar
+
+    url = task.uri()
+    pending: dict[str, Any] | None = None
+    ordinal = task.first
+    for sample, end in group_samples_with_end(iter_tar(stream, url=url, start_offset=task.start),
+                                              url=url):
+        if pending is not None:
+            yield pending
+        pending = None
+        if ordinal not in task.skip:
+            sample[POSITION] = (task.index, ordinal, end, False)
+            pending = sample
+        ordinal += 1
+    if pending is not None:
+        index, last_ordinal, end, _ = pending[POSITION]
+        pending[POSITION] = (index, last_ordinal, end, last_ordinal == ordinal - 1)
+        yield pending
+
+
+def pack(items: Iterable[Any], *, batch_size: int | None = None,
+         finish: Any = None, collate: Any = None) -> Iterator[Delivery]:
+    """Yields :class:`Delivery` items: each sample (``finish(sample)``, e.g. a tuple) alone, or
+    ``batch_size`` of them collated, with the positions of the samples in it.
+
+    A sample's :data:`POSITION` field is taken out before ``finish`` sees it.
+    """
+    batch: list[Any] = []
+    positions: list[tuple[int, int, int, bool]] = []
+    for sample in items:
+        positions.append(sample.pop(POSITION))
+        value = finish(sample) if finish is not None else sample
+        if not batch_size:
+            yield Delivery(value, positions)
+            positions = []
+            continue
+        batch.append(value)
+        if len(batch) == batch_size:
+            yield Delivery(collate(batch) if collate is not None else batch, positions)
+            batch, positions = [], []
+    if batch:
+        yield Delivery(collate(batch) if collate is not None else batch, positions)
+
+
+def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Iterator[Any]:
+    """Yields ``items`` shuffled through a buffer of ``size`` (as webdataset and torch do)."""
+    buffer: list[Any] = []
+    for item in items:
+        if len(buffer) < size:
+            buffer.append(item)
+            continue
+        index = rng.randrange(size)
+        yield buffer[index]
+        buffer[index] = item
+    rng.shuffle(buffer)
+    yield from buffer
+
+
+__all__ = [
+    "POSITION",
+    "Delivery",
+    "EpochProgress",
+    "ShardTask",
+    "StateMismatchError",
+    "check_state",
+    "epoch_tasks",
+    "merge_states",
+    "pack",
+    "shard_list_id",
+    "shard_order",
+    "shuffle_buffer",
+    "state_size",
+    "task_samples",
+]
