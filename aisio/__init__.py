@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from aisio.core.cache import ShardCache
 from aisio.core.config import AISConfig
 from aisio.core.decode import Decoder, to_tuple
+from aisio.core.epoch import merge_states
 from aisio.core.errors import (
     AISConnectionError,
     AISIOError,
@@ -39,8 +40,10 @@ from aisio.core.errors import (
     ObjectNotFoundError,
     PlaygroundError,
     ShardFormatError,
+    StateMismatchError,
     UsageError,
 )
+from aisio.core.loop import ResumableLoader
 from aisio.core.report import ErrorReport
 from aisio.core.urls import ETL
 from aisio.datapipes import (
@@ -53,6 +56,13 @@ from aisio.datapipes import (
     make_loader,
     webdataset_loader,
     webdataset_pipe,
+)
+from aisio.loaders import (
+    ShardSamples,
+    gather_state,
+    webdataset_dataloader,
+    webdataset_node_loader,
+    webdataset_stateful_loader,
 )
 
 if TYPE_CHECKING:
@@ -88,15 +98,23 @@ __all__ = [
     "ObjectNotFoundError",
     "PlaygroundError",
     "ResampledShards",
+    "ResumableLoader",
     "ShardCache",
     "ShardFormatError",
+    "ShardSamples",
+    "StateMismatchError",
     "ToTuple",
     "UsageError",
     "WebDatasetParser",
+    "gather_state",
     "make_loader",
+    "merge_states",
     "to_tuple",
+    "webdataset_dataloader",
     "webdataset_loader",
+    "webdataset_node_loader",
     "webdataset_pipe",
+    "webdataset_stateful_loader",
 ]
 
 

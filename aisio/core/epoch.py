@@ -30,14 +30,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aisio.core.errors import UsageError
+from aisio.core.errors import StateMismatchError
 from aisio.core.sources import ObjectRef
 
 STATE_VERSION = 1
-
-
-class StateMismatchError(UsageError):
-    """A saved loader state does not fit this loader (another dataset, shard list or format)."""
 
 
 @dataclass(frozen=True)
@@ -329,28 +325,32 @@ def task_samples(task: ShardTask, stream: Any) -> Iterator[dict[str, Any]]:
         yield pending
 
 
+def pack_batch(samples: Sequence[dict[str, Any]], *, finish: Any = None,
+               collate: Any = None) -> Delivery:
+    """Returns a :class:`Delivery` of samples (each ``finish(sample)``, e.g. a tuple), collated
+    with ``collate`` if given, carrying the samples' positions (taken out of the samples)."""
+    positions = [sample.pop(POSITION) for sample in samples]
+    values = [finish(sample) for sample in samples] if finish is not None else list(samples)
+    return Delivery(collate(values) if collate is not None else values, positions)
+
+
 def pack(items: Iterable[Any], *, batch_size: int | None = None,
          finish: Any = None, collate: Any = None) -> Iterator[Delivery]:
-    """Yields :class:`Delivery` items: each sample (``finish(sample)``, e.g. a tuple) alone, or
-    ``batch_size`` of them collated, with the positions of the samples in it.
-
-    A sample's :data:`POSITION` field is taken out before ``finish`` sees it.
-    """
-    batch: list[Any] = []
-    positions: list[tuple[int, int, int, bool]] = []
+    """Yields :class:`Delivery` items: each sample alone (``finish(sample)``), or
+    ``batch_size`` of them collated (see :func:`pack_batch`)."""
+    if not batch_size:
+        for sample in items:
+            position = sample.pop(POSITION)
+            yield Delivery(finish(sample) if finish is not None else sample, [position])
+        return
+    batch: list[dict[str, Any]] = []
     for sample in items:
-        positions.append(sample.pop(POSITION))
-        value = finish(sample) if finish is not None else sample
-        if not batch_size:
-            yield Delivery(value, positions)
-            positions = []
-            continue
-        batch.append(value)
+        batch.append(sample)
         if len(batch) == batch_size:
-            yield Delivery(collate(batch) if collate is not None else batch, positions)
-            batch, positions = [], []
+            yield pack_batch(batch, finish=finish, collate=collate)
+            batch = []
     if batch:
-        yield Delivery(collate(batch) if collate is not None else batch, positions)
+        yield pack_batch(batch, finish=finish, collate=collate)
 
 
 def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Iterator[Any]:
@@ -372,11 +372,11 @@ __all__ = [
     "Delivery",
     "EpochProgress",
     "ShardTask",
-    "StateMismatchError",
     "check_state",
     "epoch_tasks",
     "merge_states",
     "pack",
+    "pack_batch",
     "shard_list_id",
     "shard_order",
     "shuffle_buffer",

@@ -9,7 +9,8 @@ worker process reaches the training process intact. Four families, by what the u
     ├── UsageError            the call is wrong: fix the code or the setting
     │   ├── InvalidURLError       a malformed name, template or URL
     │   ├── ConfigError           a missing or malformed setting (endpoint, TLS, retries, ...)
-    │   └── LoaderUnavailableError  the loader needs another torchdata generation
+    │   ├── LoaderUnavailableError  the loader needs another torchdata generation
+    │   └── StateMismatchError    a saved loader state is not for this loader
     ├── NotFoundError         what was named does not exist (skippable)
     │   ├── BucketNotFoundError
     │   ├── ObjectNotFoundError   (.missing lists every absent name of a template)
@@ -158,6 +159,11 @@ class DecodeError(DataError):
     """A sample field could not be decoded, or its decoder is refused (pickle without opt-in)."""
 
 
+class StateMismatchError(UsageError):
+    """A saved loader state does not fit this loader (another shard list, corrupt, or a loader
+    that cannot resume)."""
+
+
 class EmptyEpochError(DataError):
     """An epoch yielded no sample because every shard of it was skipped (``on_error="skip"``)."""
 
@@ -206,6 +212,7 @@ __all__ = [
     "ObjectNotFoundError",
     "PlaygroundError",
     "ShardFormatError",
+    "StateMismatchError",
     "UsageError",
     "is_skippable",
 ]

@@ -27,11 +27,21 @@ with warnings.catch_warnings():
     )
     from torchdata.dataloader2.reading_service import ReadingServiceInterface
 
+from aisio.core.epoch import epoch_seed
 from aisio.core.fetch import check_epoch
+from aisio.core.loop import ResumableLoader
 from aisio.core.report import ErrorReport
+from aisio.core.spec import PipelineSpec
 from aisio.datapipes.base import IterDataPipe
 from aisio.datapipes.mpfix import install as _install_round_robin_fix
-from aisio.datapipes.pipeline import Uneven, webdataset_pipe
+from aisio.datapipes.pipeline import (
+    Uneven,
+    epoch_pipe,
+    shard_names,
+    shard_tasks,
+    webdataset_pipe,
+)
+from aisio.loaders.dist import shared_seed
 
 
 class KeepUnevenReadingService(DistributedReadingService):
@@ -132,8 +142,13 @@ def webdataset_loader(
     samples_per_epoch: int | None = None,
     post: Callable[[IterDataPipe], IterDataPipe] | None = None,
     **pipe_options: Any,
-) -> EpochLoader:
-    """Returns a DataLoader2 that streams batches from AIStore shards: the one-call entry point.
+) -> ResumableLoader | EpochLoader:
+    """Returns a DataLoader2 pipeline that streams batches from AIStore shards: the one-call
+    entry point, resumable mid-epoch (``state_dict()`` / ``load_state_dict()``).
+
+    The pipe is :func:`~aisio.datapipes.pipeline.epoch_pipe` (shard tasks -> sharding_filter
+    -> AISFileLoader -> WebDatasetParser -> shuffle -> decode -> tuples and batches); each
+    epoch runs on a fresh DataLoader2 with the reading service of :func:`reading_service`.
 
     Args:
         shards: as for :func:`webdataset_pipe`.
@@ -143,12 +158,44 @@ def webdataset_loader(
         samples_per_epoch: with ``resampled=True``, the epoch length per rank (in items the
             pipe yields: batches when ``batch_size`` is set); split across workers.
         post: a function applied to the pipe last (e.g. extra maps), still inside the workers.
+            With ``post`` or ``resampled=True`` the loader is a plain :class:`EpochLoader`,
+            which cannot checkpoint mid-epoch.
         **pipe_options: passed to :func:`webdataset_pipe` (url, etl, decode, batch_size, ...).
 
     Example:
         >>> loader = webdataset_loader("ais://b/train-{000..099}.tar", decode="torchrgb",
         ...     tuple_fields=("png", "cls"), batch_size=64, num_workers=2)   # doctest: +SKIP
     """
+    if post is not None or pipe_options.get("resampled") or samples_per_epoch is not None:
+        return _plain_loader(shards, num_workers=num_workers, seed=seed, uneven=uneven,
+                             samples_per_epoch=samples_per_epoch, post=post, **pipe_options)
+    spec = PipelineSpec.build(**pipe_options)
+    refs = shard_names(shards, spec.config)
+    run_seed = shared_seed(seed)
+    pipe = epoch_pipe(refs, spec, seed=run_seed)
+    tasks = shard_tasks(pipe)
+    current: list[DataLoader2] = []
+    _install_round_robin_fix()
+
+    def open_epoch(epoch: int, resume: dict[str, Any] | None) -> DataLoader2:
+        tasks.epoch, tasks.resume = epoch, resume
+        loader = DataLoader2(pipe, reading_service=reading_service(num_workers, uneven=uneven))
+        loader.seed(epoch_seed(run_seed, epoch))  # the sample shuffle buffer
+        current[:] = [loader]
+        return loader
+
+    def close() -> None:
+        while current:
+            current.pop().shutdown()
+
+    return ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch, close=close,
+                           report=spec.report)
+
+
+def _plain_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: Uneven,
+                  samples_per_epoch: int | None,
+                  post: Callable[[IterDataPipe], IterDataPipe] | None,
+                  **pipe_options: Any) -> EpochLoader:
     pipe = webdataset_pipe(shards, **pipe_options)
     report: ErrorReport = pipe.report
     if samples_per_epoch is not None:

@@ -8,16 +8,15 @@ lazily in whichever process iterates it, so the DataPipes pickle into worker pro
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import IO, Any
+from typing import Any
 
 from aisio.core.cache import ShardCache
 from aisio.core.client import Client, client_for
 from aisio.core.config import AISConfig, resolve_config
-from aisio.core.epoch import ShardTask, task_samples
-from aisio.core.errors import AISIOError
+from aisio.core.epoch import ShardTask
 from aisio.core.fetch import ErrorPolicy, Fetcher, OnError
+from aisio.core.parse import parse_streams
 from aisio.core.report import ErrorReport
-from aisio.core.samples import group_samples
 from aisio.core.sources import (
     as_sources,
     count,
@@ -27,7 +26,6 @@ from aisio.core.sources import (
     resolve,
     resolve_one,
 )
-from aisio.core.tar import iter_tar
 from aisio.core.urls import ETL, AISPath, object_url, to_etl
 from aisio.datapipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 
@@ -245,15 +243,6 @@ class AISFileLoader(_AISDataPipe):
             yield key, StreamWrapper(stream, name=key.uri() if isinstance(key, ShardTask) else key)
 
 
-def _drain(stream: IO[bytes], limit: int = 1 << 20) -> None:
-    """Reads the end-of-archive padding after the last member (a cache keeps only whole shards)."""
-    while limit > 0:
-        chunk = stream.read(min(limit, 1 << 16))
-        if not chunk:
-            return
-        limit -= len(chunk)
-
-
 @functional_datapipe("ais_parse_webdataset")
 class WebDatasetParser(IterDataPipe):
     """Yields WebDataset samples (dicts with ``__key__``, ``__url__`` and one entry per suffix).
@@ -284,19 +273,4 @@ class WebDatasetParser(IterDataPipe):
         self.policy = ErrorPolicy(on_error, self.report)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for key, stream in self.source_datapipe:
-            # A ShardTask (from a resumable loader) says where in the shard the stream starts;
-            # its samples carry their positions to the training process.
-            url = key.uri() if isinstance(key, ShardTask) else key
-            delivered = 0
-            try:
-                samples = (task_samples(key, stream) if isinstance(key, ShardTask)
-                           else group_samples(iter_tar(stream, url=url), url=url))
-                for sample in samples:
-                    yield sample
-                    delivered += 1
-                _drain(stream)
-            except AISIOError as exc:
-                self.policy.handle(exc, url, samples=delivered)
-            finally:
-                stream.close()
+        return parse_streams(self.source_datapipe, self.policy)

@@ -11,7 +11,8 @@ from aisio.core.errors import is_skippable
 from aisio.core.fetch import ErrorPolicy
 
 FAMILIES = {
-    aisio.UsageError: [aisio.InvalidURLError, aisio.ConfigError, aisio.LoaderUnavailableError],
+    aisio.UsageError: [aisio.InvalidURLError, aisio.ConfigError, aisio.LoaderUnavailableError,
+                       aisio.StateMismatchError],
     aisio.NotFoundError: [aisio.BucketNotFoundError, aisio.ObjectNotFoundError,
                           aisio.ETLNotFoundError],
     aisio.DataError: [aisio.ShardFormatError, aisio.DecodeError, aisio.ObjectChangedError,
