@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 CACHE="${AISIO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/aisio}"
 PYTHON="${PYTHON:-python3}"
 UV_VERSION=0.13.9
-export UV_CACHE_DIR="$CACHE/uv" UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
+export UV_CACHE_DIR="$CACHE/uv" UV_LINK_MODE=hardlink UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
 
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
   echo "aisio needs Python >= 3.10 (found: $("$PYTHON" --version 2>&1)); set PYTHON=/path/to/python3.x" >&2
@@ -50,8 +50,10 @@ setup_venv() {
   echo "aisio: setting up $1 from $2" >&2
   rm -rf "$1"
   "$uv" venv -q --python "$PYTHON" "$1"
-  "$uv" pip sync -q --python "$1/bin/python" --require-hashes "$2"
-  "$uv" pip install -q --python "$1/bin/python" --no-deps --no-build-isolation -e .
+  # From the cache alone when it has every wheel (no index round trips), else from the index.
+  "$uv" pip sync -q --python "$1/bin/python" --require-hashes --offline "$2" 2>/dev/null ||
+    "$uv" pip sync -q --python "$1/bin/python" --require-hashes "$2"
+  "$uv" pip install -q --python "$1/bin/python" --offline --no-deps --no-build-isolation -e .
   echo "$stamp" > "$1/.aisio-stamp"
 }
 setup_venv .venv requirements/td09.txt
