@@ -1,11 +1,11 @@
-# The two commands a new user needs (each sets up the venv, packages and AIStore node itself):
+# The two commands a new user needs (each sets up the venvs, packages and AIStore node itself):
 #   make demo   - the main job: a real pipeline from a local AIStore into a training loop
-#   make test   - lint, type checks, unit and integration tests against a real local AIStore
+#   make test   - lint, type checks, unit and integration tests against a real local AIStore,
+#                 with torchdata 0.9 (.venv) and then torchdata 0.11 (.venv-td011)
 PY := .venv/bin/python
-# This checkout's aisio, whichever checkout the shared venv's editable install points at.
-export PYTHONPATH := $(CURDIR)
+PY_TD011 := .venv-td011/bin/python
 
-.PHONY: demo test lint setup
+.PHONY: demo test lint setup test-td09 test-td011
 setup:
 	@scripts/bootstrap.sh
 
@@ -16,5 +16,10 @@ lint: setup
 	$(PY) -m ruff check aisio tests examples benchmarks
 	$(PY) -m mypy
 
-test: lint
+test-td09: setup
 	$(PY) -m pytest
+
+test-td011: setup
+	$(PY_TD011) -m pytest
+
+test: lint test-td09 test-td011
