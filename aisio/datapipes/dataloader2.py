@@ -38,7 +38,6 @@ from aisio.datapipes.pipeline import (
     Uneven,
     epoch_pipe,
     shard_names,
-    shard_tasks,
     webdataset_pipe,
 )
 from aisio.loaders.dist import shared_seed
@@ -172,8 +171,7 @@ def webdataset_loader(
     spec = PipelineSpec.build(**pipe_options)
     refs = shard_names(shards, spec.config)
     run_seed = shared_seed(seed)
-    pipe = epoch_pipe(refs, spec, seed=run_seed)
-    tasks = shard_tasks(pipe)
+    pipe, tasks = epoch_pipe(refs, spec, seed=run_seed)
     current: list[DataLoader2] = []
     _install_round_robin_fix()
 

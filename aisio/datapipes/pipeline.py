@@ -227,20 +227,11 @@ class Pack(IterDataPipe):
                     collate=default_collate if spec.batch_size and spec.collate else None)
 
 
-def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int) -> IterDataPipe:
-    """Returns the resumable pipeline: :class:`ShardTasks` -> sharding_filter -> load ->
-    parse -> shuffle samples -> decode -> :class:`Pack`. Its items are deliveries that a
-    loader unpacks in the training process (see :mod:`aisio.core.loop`)."""
+def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int
+               ) -> tuple[IterDataPipe, ShardTasks]:
+    """Returns the resumable pipeline and its source: :class:`ShardTasks` -> sharding_filter
+    -> load -> parse -> shuffle samples -> decode -> :class:`Pack`. Its items are deliveries
+    that a loader unpacks in the training process (see :mod:`aisio.core.loop`); the loader
+    sets the source's epoch and resume state before each epoch."""
     tasks = ShardTasks(shards, seed=seed, shuffle=spec.shuffle_shards)
-    return Pack(samples_pipe(tasks.sharding_filter(), spec), spec)
-
-
-def shard_tasks(pipe: IterDataPipe) -> ShardTasks:
-    """Returns the :class:`ShardTasks` at the source of an :func:`epoch_pipe`."""
-    node: Any = pipe
-    while not isinstance(node, ShardTasks):
-        node = getattr(node, "source", None) or getattr(node, "source_datapipe", None) or (
-            getattr(node, "datapipe", None))
-        if node is None:
-            raise ValueError("the pipe has no ShardTasks at its source")
-    return node
+    return Pack(samples_pipe(tasks.sharding_filter(), spec), spec), tasks

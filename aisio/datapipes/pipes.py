@@ -40,6 +40,7 @@ class _AISDataPipe(IterDataPipe):
     _is_child_datapipe = False
 
     def __init__(self, url: str | None, config: AISConfig | None, length: int) -> None:
+        _fix_dataloader2()
         self.config = resolve_config(url, config)
         self.length = length
 
@@ -58,6 +59,17 @@ class _AISDataPipe(IterDataPipe):
             f"{type(self).__name__} has no known length: pass length=N, or use templates "
             "(whose size is counted) instead of prefixes"
         )
+
+
+def _fix_dataloader2() -> None:
+    """Installs aisio's fix of DataLoader2's multiprocessing round robin (torchdata 0.9), so
+    that any DataLoader2 over aisio DataPipes, hand-made ones too, survives workers that yield
+    different numbers of items. Nothing to do where torchdata has no DataLoader2."""
+    try:
+        from aisio.datapipes import mpfix
+    except ImportError:
+        return
+    mpfix.install()
 
 
 def _source_items(source: Any) -> Iterable[Any]:
@@ -268,6 +280,7 @@ class WebDatasetParser(IterDataPipe):
 
     def __init__(self, source_datapipe: Iterable[tuple[str, Any]], *,
                  on_error: OnError = "raise", report: ErrorReport | None = None) -> None:
+        _fix_dataloader2()
         self.source_datapipe = source_datapipe
         self.report = report if report is not None else ErrorReport()
         self.policy = ErrorPolicy(on_error, self.report)

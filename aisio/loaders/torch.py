@@ -18,7 +18,7 @@ from aisio.core.epoch import epoch_seed
 from aisio.core.errors import LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
 from aisio.core.spec import PipelineSpec
-from aisio.datapipes.pipeline import epoch_pipe, shard_names, shard_tasks
+from aisio.datapipes.pipeline import epoch_pipe, shard_names
 from aisio.loaders.dist import drop_sync, shared_seed
 
 
@@ -32,8 +32,7 @@ def _loader(loader_class: type, shards: Any, *, num_workers: int, seed: int | No
     spec = PipelineSpec.build(**pipe_options)
     refs = shard_names(shards, spec.config)
     run_seed = shared_seed(seed)
-    pipe = epoch_pipe(refs, spec, seed=run_seed)
-    tasks = shard_tasks(pipe)
+    pipe, tasks = epoch_pipe(refs, spec, seed=run_seed)
     sync = drop_sync(uneven)
     current: list[Any] = []
 
