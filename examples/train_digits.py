@@ -4,8 +4,11 @@
 2. Convert scikit-learn's digits (1,797 8x8 images that ship inside the package) into WebDataset
    shards with ``webdataset.ShardWriter``, uploading each shard as soon as it is written.
 3. Stream the shards back: AISFileLoader -> WebDatasetParser -> decode -> batches, through
-   DataLoader2 with worker processes.
+   DataLoader2 with worker processes (or, with ``--loader``, torch's DataLoader,
+   StatefulDataLoader or torchdata.nodes: the same pipeline).
 4. Train a small classifier for a few epochs, printing samples/s and the loss going down.
+   With ``--checkpoint``, kill it at any step (``--crash-at``) and run it again: it resumes
+   mid-epoch, every sample once.
 
 Run: ``make demo`` (or ``python examples/train_digits.py --help``).
 """
@@ -14,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -55,22 +60,47 @@ def write_shards(bucket: str, workdir: Path, per_shard: int, endpoint: str) -> s
     return f"{bucket}/digits-{{0000..{len(uploaded) - 1:04d}}}.tar"
 
 
-def train(template: str, endpoint: str, epochs: int, workers: int, batch_size: int) -> float:
-    """Trains a small MLP on batches streamed from AIStore; returns the last epoch's mean loss."""
-    loader = aisio.webdataset_loader(
-        template, url=endpoint, decode="torchl", tuple_fields=("png", "cls"),
-        shuffle_buffer=256, batch_size=batch_size, num_workers=workers, seed=0,
+LOADERS = {
+    "dataloader2": aisio.webdataset_loader,  # DataLoader2 (torchdata < 0.10)
+    "dataloader": aisio.webdataset_dataloader,  # torch.utils.data.DataLoader
+    "stateful": aisio.webdataset_stateful_loader,  # torchdata's StatefulDataLoader
+    "nodes": aisio.webdataset_node_loader,  # torchdata.nodes (torchdata >= 0.10)
+}
+
+
+def train(template: str, endpoint: str, args: argparse.Namespace) -> float:
+    """Trains a small MLP on batches streamed from AIStore; returns the last epoch's mean loss.
+
+    With ``--checkpoint``, the model, the optimizer and the loader's position are saved every
+    ``--every`` steps, and a run that finds the file resumes from it mid-epoch: every sample of
+    the epoch is trained on once across the runs, whatever killed the first one.
+    """
+    loader = LOADERS[args.loader](
+        template, url=endpoint, decode="torchl", tuple_fields=("png", "cls", "__key__"),
+        shuffle_buffer=256, batch_size=args.batch_size, num_workers=args.workers, seed=0,
     )
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 128), torch.nn.ReLU(),
                                 torch.nn.Linear(128, 10))
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    checkpoint = Path(args.checkpoint) if args.checkpoint else None
+    first_epoch = 1
+    if checkpoint is not None and checkpoint.exists():
+        saved = torch.load(checkpoint)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        loader.load_state_dict(saved["data"])
+        first_epoch = saved["data"]["epoch"] + 1
+        print(f"resumed from {checkpoint}: epoch {first_epoch}, "
+              f"{saved['data']['delivered']} samples of it already trained on")
     loss_fn = torch.nn.CrossEntropyLoss()
     mean_loss = float("nan")
+    keys = open(args.log_keys, "a") if args.log_keys else None  # noqa: SIM115
+    step = 0
     try:
-        for epoch in range(1, epochs + 1):
+        for epoch in range(first_epoch, args.epochs + 1):
             start, seen, total_loss, correct, steps = time.perf_counter(), 0, 0.0, 0, 0
-            for images, labels in loader:
+            for images, labels, names in loader:
                 optimizer.zero_grad()
                 logits = model(images)
                 loss = loss_fn(logits, labels)
@@ -78,14 +108,32 @@ def train(template: str, endpoint: str, epochs: int, workers: int, batch_size: i
                 optimizer.step()
                 seen += len(labels)
                 steps += 1
+                step += 1
                 total_loss += loss.item()
                 correct += int((logits.argmax(1) == labels).sum())
+                if keys is not None:
+                    keys.write("".join(f"{epoch} {name}\n" for name in names))
+                    keys.flush()
+                if checkpoint is not None and step % args.every == 0:
+                    tmp = checkpoint.with_suffix(".tmp")
+                    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                "data": loader.state_dict()}, tmp)
+                    tmp.replace(checkpoint)  # atomic: a kill never leaves half a checkpoint
+                    if keys is not None:
+                        keys.write(f"checkpoint {step}\n")
+                        keys.flush()
+                if step == args.crash_at:
+                    print(f"step {step}: killing this process (SIGKILL), as a preemption would",
+                          flush=True)
+                    os.kill(os.getpid(), signal.SIGKILL)
             elapsed = time.perf_counter() - start
             mean_loss = total_loss / max(steps, 1)
             print(f"epoch {epoch}: {seen} samples in {elapsed:.2f} s = {seen / elapsed:,.0f} "
-                  f"samples/s | loss {mean_loss:.3f} | train accuracy {correct / seen:.1%}")
+                  f"samples/s | loss {mean_loss:.3f} | train accuracy {correct / max(seen, 1):.1%}")
     finally:
         loader.shutdown()
+        if keys is not None:
+            keys.close()
     return mean_loss
 
 
@@ -93,18 +141,32 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bucket", default="ais://aisio-demo", help="bucket to upload to")
     parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--workers", type=int, default=2, help="DataLoader2 worker processes")
+    parser.add_argument("--loader", choices=sorted(LOADERS), default="dataloader2",
+                        help="which PyTorch loader runs the pipeline (default: %(default)s)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--per-shard", type=int, default=200, help="samples per shard")
+    parser.add_argument("--checkpoint", help="save model, optimizer and loader state here; "
+                        "resume from it if it exists")
+    parser.add_argument("--every", type=int, default=5, help="checkpoint every N steps")
+    parser.add_argument("--crash-at", type=int, default=0,
+                        help="SIGKILL this process at step N (to try resuming)")
+    parser.add_argument("--log-keys", help="append '<epoch> <sample key>' per trained sample")
+    parser.add_argument("--no-upload", action="store_true",
+                        help="the shards are in the bucket already (from an earlier run)")
     args = parser.parse_args()
 
     try:
         with aisio.playground.cluster_endpoint() as endpoint:
             print(f"AIStore at {endpoint}")
-            with tempfile.TemporaryDirectory() as tmp:
-                template = write_shards(args.bucket, Path(tmp), args.per_shard, endpoint)
-            print(f"streaming {template} through DataLoader2 with {args.workers} workers")
-            train(template, endpoint, args.epochs, args.workers, args.batch_size)
+            if args.no_upload:
+                last = math.ceil(1797 / args.per_shard) - 1
+                template = f"{args.bucket}/digits-{{0000..{last:04d}}}.tar"
+            else:
+                with tempfile.TemporaryDirectory() as tmp:
+                    template = write_shards(args.bucket, Path(tmp), args.per_shard, endpoint)
+            print(f"streaming {template} through {args.loader} with {args.workers} workers")
+            train(template, endpoint, args)
     except aisio.AISIOError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -2,19 +2,38 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import aisio
 from aisio import AISConfig
 from aisio.core.client import Client, client_for
 from aisio.core.urls import AISPath, Bucket
 from aisio.playground import Playground
 
 HERE = Path(__file__).parent
+
+HAS_DATALOADER2 = importlib.util.find_spec("torchdata.dataloader2") is not None
+HAS_NODES = importlib.util.find_spec("torchdata.nodes") is not None
+#: every aisio loader this environment's torchdata has, by name
+LOADERS: dict[str, Any] = {
+    name: make for name, make, present in [
+        ("dataloader2", aisio.webdataset_loader, HAS_DATALOADER2),
+        ("dataloader", aisio.webdataset_dataloader, True),
+        ("stateful", aisio.webdataset_stateful_loader, True),
+        ("nodes", aisio.webdataset_node_loader, HAS_NODES),
+    ] if present
+}
+#: the loader tests use where any loader will do: DataLoader2 where it exists (the mission)
+default_loader = aisio.webdataset_loader if HAS_DATALOADER2 else aisio.webdataset_dataloader
+needs_dataloader2 = pytest.mark.skipif(
+    not HAS_DATALOADER2, reason="DataLoader2 needs torchdata < 0.10 (not in this environment)")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -108,6 +108,18 @@ class _Partial:
     above: dict[int, int] = field(default_factory=dict)  # ordinal -> end offset
     total: int | None = None  # the shard's sample count, once its last sample was delivered
 
+    def absorb(self, other: _Partial) -> None:
+        """Adds what ``other`` says was delivered of the same shard (another rank's view)."""
+        if other.lo > self.lo:
+            self.lo, self.offset = other.lo, other.offset
+        self.above.update(other.above)
+        if other.total is not None:
+            self.total = other.total
+        while self.lo in self.above:
+            self.offset = self.above.pop(self.lo)
+            self.lo += 1
+        self.above = {o: end for o, end in self.above.items() if o > self.lo}
+
 
 class EpochProgress:
     """What the training loop has received in one epoch, shard by shard.
@@ -126,6 +138,7 @@ class EpochProgress:
         self.done: set[int] = set()
         self.partial: dict[int, _Partial] = {}
         self.delivered = 0
+        self.base: list[Any] | None = None  # [id, delivered] of the state this resumed from
 
     def record(self, positions: Iterable[tuple[int, int, int, bool]]) -> None:
         """Records samples as received by the training loop."""
@@ -158,6 +171,7 @@ class EpochProgress:
             "seed": self.seed,
             "epoch": self.epoch,
             "delivered": self.delivered,
+            "base": self.base,
             "done": _ranges(sorted(self.done)),
             "partial": {str(shard): [p.lo, p.offset, sorted(map(list, p.above.items())), p.total]
                         for shard, p in sorted(self.partial.items())},
@@ -173,6 +187,7 @@ class EpochProgress:
         check_state(state, shards)
         progress = cls(shards, state["seed"], state["epoch"])
         progress.delivered = int(state["delivered"])
+        progress.base = [_state_id(state), progress.delivered]
         progress.done = set(_unranges(state["done"]))
         for key, (lo, offset, above, total) in state["partial"].items():
             progress.partial[int(key)] = _Partial(int(lo), int(offset),
@@ -212,15 +227,19 @@ def check_state(state: Any, shards: Sequence[ObjectRef]) -> None:
     try:
         count, list_id = int(state["shards"]), str(state["shard_list"])
         int(state["epoch"]), int(state["delivered"])
-        ranges, partial = state["done"], state["partial"]
-        _unranges(ranges)
+        ranges, partial, base = state["done"], state["partial"], state.get("base")
+        for first, last in ranges:
+            int(first), int(last)
+        if base is not None:
+            base_id, base_delivered = base
+            str(base_id), int(base_delivered)
         for key, value in partial.items():
             int(key)
             lo, offset, above, total = value
             int(lo), int(offset), [(int(o), int(end)) for o, end in above]
             if total is not None:
                 int(total)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise StateMismatchError(
             f"the loader state is corrupt ({type(exc).__name__}: {exc}); load an intact "
             "checkpoint") from exc
@@ -234,9 +253,13 @@ def check_state(state: Any, shards: Sequence[ObjectRef]) -> None:
 def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Returns one state from the per-rank states of one epoch (each covers its own shards).
 
+    The ranks of a resumed run each start from the whole resumed state (they do not know which
+    shards the others will read): their states then share that base and merge shard by shard,
+    each sample delivered by any of them counted once.
+
     Raises:
-        StateMismatchError: the states are of different shard lists, seeds or epochs, or two
-            ranks claim the same shard.
+        StateMismatchError: the states are of different shard lists, seeds, epochs or resumed
+            states, or two ranks of a run that was not resumed claim the same shard.
     """
     if not states:
         raise StateMismatchError("there are no states to merge")
@@ -247,26 +270,51 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
             raise StateMismatchError(
                 "the states are of different runs or epochs: "
                 f"{ {k: first.get(k) for k in keys} } vs { {k: other.get(k) for k in keys} }")
+        if other.get("base") != first.get("base"):
+            raise StateMismatchError(
+                "the states were resumed from different states (ids "
+                f"{(first.get('base') or [None])[0]} and {(other.get('base') or [None])[0]}); "
+                "merge the states of the ranks of one run, taken at the same step")
+    base = first.get("base")
     done: set[int] = set()
-    partial: dict[str, Any] = {}
+    partial: dict[int, _Partial] = {}
     for state in states:
         mine = set(_unranges(state["done"]))
-        overlap = (mine & done) | (mine & {int(k) for k in partial}) | (
-            {int(k) for k in state["partial"]} & (done | {int(k) for k in partial}))
-        if overlap:
+        theirs = {int(k) for k in state["partial"]}
+        overlap = (mine | theirs) & (done | set(partial))
+        if overlap and base is None:
             raise StateMismatchError(
                 f"two states both hold shard(s) {sorted(overlap)[:5]}: merge the states of "
                 "different ranks of one run, once each")
         done |= mine
-        partial.update(state["partial"])
-    return {**{k: first[k] for k in keys}, "delivered": sum(s["delivered"] for s in states),
-            "done": _ranges(sorted(done)), "partial": dict(sorted(partial.items(),
-                                                                    key=lambda kv: int(kv[0])))}
+        for key, (lo, offset, above, total) in state["partial"].items():
+            part = _Partial(int(lo), int(offset), {int(o): int(end) for o, end in above}, total)
+            if int(key) in partial:
+                partial[int(key)].absorb(part)
+            else:
+                partial[int(key)] = part
+    for shard, part in list(partial.items()):
+        if shard in done or (part.total is not None and part.lo >= part.total):
+            del partial[shard]
+            done.add(shard)
+    delivered = sum(s["delivered"] for s in states)
+    if base is not None:
+        delivered -= (len(states) - 1) * int(base[1])
+    return {**{k: first[k] for k in keys}, "delivered": delivered, "base": base,
+            "done": _ranges(sorted(done)),
+            "partial": {str(shard): [p.lo, p.offset, sorted(map(list, p.above.items())), p.total]
+                        for shard, p in sorted(partial.items())}}
 
 
 def state_size(state: dict[str, Any]) -> int:
     """Returns the size of a state as compact JSON, in bytes."""
     return len(json.dumps(state, separators=(",", ":")))
+
+
+def _state_id(state: dict[str, Any]) -> str:
+    """Returns a short identity of a state (of its JSON form: the same after a round trip)."""
+    text = json.dumps(state, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _ranges(sorted_ints: Sequence[int]) -> list[list[int]]:

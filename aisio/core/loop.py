@@ -98,8 +98,9 @@ class ResumableLoader:
         finally:
             self.close()
         self.epoch = epoch + 1
-        if resume is None or progress.delivered:  # a resumed epoch that had nothing left is ok
-            check_epoch(yielded, self.report, skipped_before=skipped_before)
+        # Nothing yielded is fine for a resumed epoch that had nothing left; an epoch whose
+        # every shard was skipped raises.
+        check_epoch(yielded, self.report, skipped_before=skipped_before)
         self._progress = None
 
     def state_dict(self) -> dict[str, Any]:
@@ -118,8 +119,8 @@ class ResumableLoader:
                 "post= hides the samples' positions); drop them to checkpoint mid-epoch")
         if self._progress is not None:
             return self._progress.state_dict()
-        if self._resume is not None:
-            return dict(self._resume)
+        if self._resume is not None:  # loaded, not started: the same progress, as a state
+            return EpochProgress.from_state(self._resume, self.shards).state_dict()
         return EpochProgress(self.shards, self.seed, self.epoch).state_dict()
 
     def load_state_dict(self, state: dict[str, Any] | Sequence[dict[str, Any]]) -> None:

@@ -127,7 +127,28 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
         if spec.batch_size:
             node = Batcher(node, spec.batch_size, drop_last=False)
         node = Mapper(node, partial(_deliver, finish, collate if spec.batch_size else None))
-        return Loader(Prefetcher(node, prefetch_factor))
+        current[:] = [Prefetcher(node, prefetch_factor)]
+        return Loader(current[0])
 
-    return ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch, report=spec.report,
-                           sync=drop_sync(uneven))
+    def close() -> None:
+        while current:
+            _stop_threads(current.pop())
+
+    current: list[Any] = []
+    return ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch, close=close,
+                           report=spec.report, sync=drop_sync(uneven))
+
+
+def _stop_threads(root: Any) -> None:
+    """Stops the threads of a node graph from this (the training) thread. Left to garbage
+    collection, torchdata 0.11's prefetch and map threads may be joined from themselves."""
+    stack, seen = [root], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        shutdown = getattr(getattr(node, "_it", None), "_shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        stack.extend(getattr(node, attr, None) for attr in ("source", "_it", "root"))

@@ -13,7 +13,7 @@ from PIL import Image
 import aisio
 from aisio.core.client import Client
 from aisio.core.urls import AISPath, Bucket
-from tests.conftest import write_shards
+from tests.conftest import default_loader, write_shards
 
 
 def _tar(members: list[tuple[str, bytes]]) -> bytes:
@@ -102,7 +102,7 @@ def test_skip_keeps_every_good_sample_and_reports_the_rest(
 def test_an_epoch_whose_every_shard_is_skipped_raises(ais_endpoint: str, bucket: Bucket,
                                                        mixed: object, num_workers: int) -> None:
     bad = [bucket.uri(f"{n}.tar") for n in BAD_SHARDS] + [bucket.uri("missing.tar")]
-    loader = aisio.webdataset_loader(bad, url=ais_endpoint, num_workers=num_workers,
+    loader = default_loader(bad, url=ais_endpoint, num_workers=num_workers,
                                      on_error="skip")
     try:
         with pytest.raises(aisio.EmptyEpochError, match=r"all 6 shard\(s\) were skipped"):
@@ -136,7 +136,7 @@ def test_warn_mode_warns_once_per_bad_shard(ais_endpoint: str,
 def test_workers_report_to_the_training_process(ais_endpoint: str,
                                                 mixed: tuple[list[str], list[str]]) -> None:
     names, keys = mixed
-    loader = aisio.webdataset_loader(names, url=ais_endpoint, num_workers=2, on_error="skip",
+    loader = default_loader(names, url=ais_endpoint, num_workers=2, on_error="skip",
                                      shuffle_shards=False)
     try:
         got = [s["__key__"] for s in loader]

@@ -21,6 +21,7 @@ import aisio
 from aisio.core.client import Client
 from aisio.core.urls import Bucket
 from aisio.tools.explore import ls
+from tests.conftest import HAS_DATALOADER2, needs_dataloader2
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "explore.ipynb"
@@ -117,6 +118,7 @@ def test_etl_urls(example: Callable[[str], ModuleType], new_bucket: Callable[[],
     assert "with the ETL: ETLUnavailableError: ETL 'blur'" in out and "Kubernetes" in out
 
 
+@needs_dataloader2
 def test_dataloader2_pipeline(example: Callable[[str], ModuleType],
                               new_bucket: Callable[[], str],
                               capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,8 +137,9 @@ def test_dataloader2_pipeline(example: Callable[[str], ModuleType],
 def test_train_digits(example: Callable[[str], ModuleType], new_bucket: Callable[[], str],
                       monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     train = example("train_digits")
+    loader = "dataloader2" if HAS_DATALOADER2 else "dataloader"
     monkeypatch.setattr(sys, "argv", ["train_digits.py", "--bucket", new_bucket(), "--epochs", "1",
-                                      "--per-shard", "600", "--workers", "2"])
+                                      "--per-shard", "600", "--workers", "2", "--loader", loader])
     assert train.main() == 0
     out = capsys.readouterr().out
     assert "uploaded 1797 samples as 3 shards" in out
@@ -152,6 +155,7 @@ def test_notebook_is_stored_without_outputs() -> None:
         assert cell.outputs == [] and cell.execution_count is None, cell.source[:60]
 
 
+@needs_dataloader2
 def test_notebook_runs_end_to_end(ais_endpoint: str, tmp_path: Path) -> None:
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = NotebookClient(nb, timeout=180, kernel_name="python3",
@@ -172,3 +176,15 @@ def test_notebook_runs_end_to_end(ais_endpoint: str, tmp_path: Path) -> None:
     assert re.search(r"one epoch: (\d+) samples of \1\b", printed)
     html = next(o["data"]["text/html"] for o in outputs["samples[0]"])
     assert 'src="data:image/png;base64,' in html
+
+
+@pytest.mark.slow
+def test_resume_after_kill(example: Callable[[str], ModuleType], ais_endpoint: str,
+                           monkeypatch: pytest.MonkeyPatch,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("AIS_ENDPOINT", ais_endpoint)
+    resume = example("resume_after_kill")
+    loader = "dataloader2" if HAS_DATALOADER2 else "nodes"
+    assert resume.main(["--loader", loader, "--workers", "2", "1", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "killed at step" in out and "each exactly once" in out

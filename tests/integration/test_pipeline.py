@@ -16,7 +16,9 @@ import aisio
 from aisio.core.client import Client
 from aisio.core.urls import Bucket
 from aisio.playground import free_port
-from tests.conftest import sample_keys, write_shards
+from tests.conftest import needs_dataloader2, sample_keys, write_shards
+
+pytestmark = needs_dataloader2
 
 HERE = Path(__file__).parent
 

@@ -11,7 +11,7 @@ import pytest
 import aisio
 from aisio.core.client import Client, client_for
 from aisio.core.urls import AISPath, Bucket, object_url
-from tests.conftest import sample_keys, write_shards
+from tests.conftest import default_loader, sample_keys, write_shards
 from tests.faultproxy import fault_proxy
 
 FAST_RETRY = {"backoff": 0.01, "backoff_max": 0.05, "max_retries": 8}
@@ -38,7 +38,7 @@ def test_random_resets_through_dataloader2(ais_endpoint: str,
                                            big_shards: tuple[str, list[str]]) -> None:
     template, keys = big_shards
     with fault_proxy(ais_endpoint, reset_probability=0.7, seed=3) as proxy:
-        loader = aisio.webdataset_loader(
+        loader = default_loader(
             template, config=aisio.AISConfig(endpoint=proxy.endpoint, **FAST_RETRY),
             num_workers=2, seed=0)
         try:

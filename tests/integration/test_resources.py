@@ -14,7 +14,7 @@ import pytest
 import aisio
 from aisio.core.client import Client
 from aisio.core.urls import Bucket
-from tests.conftest import write_shards
+from tests.conftest import default_loader, write_shards
 
 
 def _fds() -> int:
@@ -59,7 +59,7 @@ def test_no_fd_growth_after_early_stops_and_errors(ais_endpoint: str,
 def test_memory_is_flat_across_epochs_and_shutdown_returns(
         ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
     template, keys = shards
-    loader = aisio.webdataset_loader(template, url=ais_endpoint, num_workers=2, seed=0,
+    loader = default_loader(template, url=ais_endpoint, num_workers=2, seed=0,
                                      shuffle_buffer=50)
     rss = []
     try:
@@ -78,7 +78,7 @@ def test_memory_is_flat_across_epochs_and_shutdown_returns(
 def test_shutdown_after_an_early_break_returns(ais_endpoint: str,
                                                shards: tuple[str, list[str]]) -> None:
     template, _ = shards
-    loader = aisio.webdataset_loader(template, url=ais_endpoint, num_workers=2)
+    loader = default_loader(template, url=ais_endpoint, num_workers=2)
     for i, _ in enumerate(loader):
         if i == 5:
             break

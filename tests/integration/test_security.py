@@ -90,11 +90,11 @@ def test_token_is_required_and_used_everywhere(secure_cluster: tuple[str, str],
     bucket = Bucket("aisio-auth")
     client.create_bucket(bucket, exist_ok=True)
     try:
-        from tests.conftest import write_shards
+        from tests.conftest import default_loader, write_shards
 
         template, keys = write_shards(client, bucket, tmp_path, shards=3, per_shard=4)
         assert len(list(aisio.AISFileLister(bucket.uri()))) == 3
-        loader = aisio.webdataset_loader(template, num_workers=2)  # config travels to workers
+        loader = default_loader(template, num_workers=2)  # config travels to workers
         try:
             assert sorted(s["__key__"] for s in loader) == sorted(keys)
         finally:
