@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import io
 import struct
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol
 
+from aisio.core import timing
 from aisio.core.compression import known_non_tar, open_shard
 from aisio.core.errors import ShardFormatError
 
@@ -303,6 +305,58 @@ def iter_tar(
     """
     if bufsize < BLOCK:
         raise ValueError(f"bufsize must be at least {BLOCK}, got {bufsize}")
+    reader = _TimedReader(stream)
+    members = _iter_members(reader, url, start_offset, bufsize)
+    # Stage timing (aisio.core.timing): read = inside stream.read, parse = the rest of the time
+    # spent producing members; added to the process totals every 256 members and at the end.
+    clock = time.perf_counter
+    parse = read_before = 0.0
+    count = 0
+    try:
+        while True:
+            start = clock()
+            try:
+                member = next(members)
+            except StopIteration:
+                return
+            finally:
+                parse += clock() - start
+            count += 1
+            if count & 255 == 0:
+                timing.add("read", reader.seconds - read_before, 0)
+                timing.add("parse", parse - (reader.seconds - read_before), 256)
+                read_before = reader.seconds
+                parse = 0.0
+                timing.flush()
+            yield member
+    finally:
+        read = reader.seconds - read_before
+        timing.add("read", read, 0)
+        timing.add("parse", parse - read, count & 255)
+        timing.flush()
+
+
+class _TimedReader:
+    """A stream's ``read`` that adds up the seconds spent in it."""
+
+    __slots__ = ("_read", "seconds")
+
+    def __init__(self, stream: BinaryReadable) -> None:
+        self._read = stream.read
+        self.seconds = 0.0
+
+    def read(self, size: int = -1, /) -> bytes | None:
+        start = time.perf_counter()
+        try:
+            return self._read(size)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def _iter_members(
+    stream: BinaryReadable, url: str | None, start_offset: int, bufsize: int
+) -> Iterator[TarMember]:
+    """Yields the members of a plain or compressed tar stream (see :func:`iter_tar`)."""
     if start_offset:
         yield from _iter_plain(stream, url=url, start_offset=start_offset, bufsize=bufsize)
         return

@@ -19,11 +19,14 @@ from typing import Any, Literal
 
 from aisio.core.cache import ShardCache
 from aisio.core.config import AISConfig, resolve_config
-from aisio.core.decode import Decoder, to_tuple
+from aisio.core.decode import Decoder, field_names, to_tuple
+from aisio.core.decode import tuple_fields as _tuple_fields
 from aisio.core.errors import ObjectNotFoundError
 from aisio.core.report import ErrorReport
 from aisio.core.sources import as_sources, expand, to_paths
+from aisio.core.stages import SampleStage, is_kept
 from aisio.core.threads import thread_map
+from aisio.core.timing import StageTimes
 from aisio.core.urls import ETL
 from aisio.datapipes.base import IterableWrapper, IterDataPipe
 from aisio.datapipes.pipes import AISFileLister, AISFileLoader, OnError, WebDatasetParser
@@ -34,13 +37,18 @@ Uneven = Literal["drop", "keep"]
 class ToTuple:
     """Returns ``to_tuple(sample, *fields)``: a picklable map function for DataPipes.
 
+    Fields are given as arguments, as one string (``"png;jpg cls"``, as in webdataset) or as
+    one list.
+
     Example:
         >>> ToTuple("png;jpg", "cls")({"png": 1, "cls": 2, "__key__": "k"})
         (1, 2)
+        >>> ToTuple("png;jpg cls").fields
+        ('png;jpg', 'cls')
     """
 
     def __init__(self, *fields: str) -> None:
-        self.fields = fields
+        self.fields = _tuple_fields(fields)
 
     def __call__(self, sample: dict[str, Any]) -> tuple[Any, ...]:
         return to_tuple(sample, *self.fields)
@@ -73,6 +81,13 @@ def shard_names(sources: Any, config: AISConfig | None = None) -> list[str]:
     return names
 
 
+def _expand_string(source: str) -> list[str]:
+    """Returns the names one string stands for: a template's expansion, or the name itself."""
+    if source.startswith(("http://", "https://")):
+        return [source]
+    return [each.uri() for path in to_paths(source) for each in expand(path)]
+
+
 class ThreadMapper(IterDataPipe):
     """Yields ``fn(item)`` for each item of ``source``, in order, computed by ``threads``
     threads."""
@@ -90,9 +105,22 @@ class ResampledShards(IterDataPipe):
     """Yields shard names drawn with replacement, forever: for multi-node epochs of fixed length.
 
     Seeded by DataLoader2 (a different stream in every worker of every rank).
+
+    Args:
+        names: shard names; a single string is one name or template, expanded
+            (``"ais://b/s-{00..09}.tar"``), never split into characters.
+        seed: the initial seed.
+
+    Example:
+        >>> ResampledShards("ais://b/s-{00..09}.tar").names[:2]
+        ['ais://b/s-00.tar', 'ais://b/s-01.tar']
     """
 
-    def __init__(self, names: Sequence[str], seed: int = 0) -> None:
+    def __init__(self, names: str | Sequence[str], seed: int = 0) -> None:
+        if isinstance(names, str):
+            names = _expand_string(names)
+        elif isinstance(names, (bytes, bytearray)):
+            raise TypeError(f"ResampledShards takes shard names as str, got {names!r}")
         if not names:
             raise ValueError("ResampledShards needs at least one shard name")
         self.names = list(names)
@@ -118,7 +146,7 @@ def webdataset_pipe(
     shuffle_buffer: int = 0,
     decode: str | Decoder | None = None,
     decode_threads: int = 0,
-    tuple_fields: Sequence[str] | None = None,
+    tuple_fields: str | Sequence[str] | None = None,
     batch_size: int | None = None,
     collate: bool = True,
     on_error: OnError = "raise",
@@ -126,6 +154,7 @@ def webdataset_pipe(
     resampled: bool = False,
     concurrency: int = 1,
     cache: ShardCache | None = None,
+    timings: bool = False,
 ) -> IterDataPipe:
     """Returns the DataPipe from shard names to samples, tuples or batches (see module doc).
 
@@ -142,17 +171,22 @@ def webdataset_pipe(
         decode_threads: decode with this many threads per process, in order (image decoders
             release the GIL, so this helps where cores are idle; on the 2-core benchmark
             machine, shared with the AIStore node, it did not); 0 decodes inline.
-        tuple_fields: fields to turn each sample into a tuple, e.g. ``("png;jpg", "cls")``.
+        tuple_fields: fields to turn each sample into a tuple, e.g. ``("png;jpg", "cls")`` or
+            ``"png;jpg cls"`` (webdataset's spelling).
         batch_size: batch in the worker (before samples cross to the main process).
         collate: collate batches into tensors with torch's default collate.
-        on_error: what to do with a bad or missing shard: ``raise``, or ``warn``/``skip`` to
-            go on with the next one, recorded in ``report``.
-        report: where skipped shards are recorded; by default a temporary file that worker
-            processes share, available as ``pipe.report``.
+        on_error: what to do with a bad or missing shard, and with a bad sample (a field that
+            does not decode, or lacks a field of ``tuple_fields``): ``raise``, or
+            ``warn``/``skip`` to go on with the next shard or sample, recorded in ``report``
+            (shard, offset or ``<key>.<field>``, reason).
+        report: where skipped shards and samples are recorded; by default a temporary file
+            that worker processes share, available as ``pipe.report``.
         resampled: draw shards with replacement forever (cap the epoch with ``.header(n)`` or
             :func:`webdataset_loader`'s ``samples_per_epoch``).
         concurrency: parallel GETs (for many small shards).
         cache: a :class:`ShardCache` keeping read shards on local disk for later epochs.
+        timings: measure where the time goes (network reads, tar parsing, decoding) in every
+            process, as ``pipe.timings`` (a :class:`~aisio.core.timing.StageTimes`).
     """
     cfg = resolve_config(url, config)
     names = shard_names(shards, cfg)
@@ -171,16 +205,22 @@ def webdataset_pipe(
     pipe = WebDatasetParser(pipe, on_error=on_error, report=report)
     if shuffle_buffer:
         pipe = pipe.shuffle(buffer_size=shuffle_buffer)
+    decoder = None
     if decode is not None:
         decoder = decode if isinstance(decode, Decoder) else Decoder(decode)
-        pipe = ThreadMapper(pipe, decoder, decode_threads) if decode_threads else pipe.map(decoder)
-    if tuple_fields:
-        pipe = pipe.map(ToTuple(*tuple_fields))
+    fields = None if tuple_fields is None else field_names(tuple_fields, what="tuple_fields")
+    times = StageTimes.temporary() if timings else None
+    if decoder is not None or fields is not None or times is not None:
+        stage = SampleStage(decoder, fields, on_error=on_error, report=report, times=times)
+        pipe = ThreadMapper(pipe, stage, decode_threads) if decode_threads else pipe.map(stage)
+        if on_error != "raise":
+            pipe = pipe.filter(is_kept)
     if batch_size:
         pipe = pipe.batch(batch_size)
         if collate:
             pipe = pipe.collate()
     pipe.report = report  # type: ignore[attr-defined]
+    pipe.timings = times  # type: ignore[attr-defined]
     return pipe
 
 

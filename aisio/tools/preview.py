@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aisio.core.config import AISConfig, resolve_config
-from aisio.core.decode import IMAGE_EXTENSIONS, _extension
+from aisio.core.decode import IMAGE_EXTENSIONS, _extension, field_names
 from aisio.core.errors import ConfigError, DecodeError
 from aisio.core.sources import one_object
 from aisio.core.urls import ETL
@@ -172,7 +172,7 @@ def _pixels(view: SampleView, field: str) -> tuple[Any, str | None]:
 
 
 def image_grid(samples: Sequence[SampleView] | Iterable[dict[str, Any]], *,
-               image_fields: Sequence[str] | None = None, label_field: str | None = None,
+               image_fields: str | Sequence[str] | None = None, label_field: str | None = None,
                cols: int | None = None, cell: float = 2.0) -> Figure:
     """Returns a matplotlib Figure: one row of cells per sample and image field, titled by label.
 
@@ -191,6 +191,8 @@ def image_grid(samples: Sequence[SampleView] | Iterable[dict[str, Any]], *,
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise ConfigError("image grids need matplotlib: pip install matplotlib") from exc
+    if image_fields is not None:
+        image_fields = field_names(image_fields, what="image_fields")
     views = [s if isinstance(s, SampleView) else SampleView.of(s) for s in samples]
     cells = [(v, f) for v in views
              for f in (image_fields if image_fields is not None else v.image_fields())
@@ -214,7 +216,7 @@ def image_grid(samples: Sequence[SampleView] | Iterable[dict[str, Any]], *,
 
 
 def show_samples(shard: str, n: int = 16, *, endpoint: str | None = None,
-                 config: AISConfig | None = None, image_fields: Sequence[str] | None = None,
+                 config: AISConfig | None = None, image_fields: str | Sequence[str] | None = None,
                  label_field: str | None = None, cols: int | None = None) -> Figure:
     """Returns a matplotlib Figure of the first ``n`` samples' images with their labels.
 
