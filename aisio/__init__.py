@@ -14,6 +14,8 @@ Example:
     >>> urls = aisio.AISSourceLister("ais://bucket/shard-{000..099}.tar")   # doctest: +SKIP
 """
 
+from aisio._lazy import lazy_attribute as _lazy_attribute
+from aisio._lazy import register_datapipes_with_torch as _register_datapipes_with_torch
 from aisio.core.cache import ShardCache
 from aisio.core.config import AISConfig
 from aisio.core.decode import Decoder, to_tuple
@@ -35,17 +37,20 @@ from aisio.core.errors import (
 )
 from aisio.core.report import ErrorReport
 from aisio.core.urls import ETL
-from aisio.datapipes import (
-    AISFileLister,
-    AISFileLoader,
-    AISSourceLister,
-    ResampledShards,
-    ToTuple,
-    WebDatasetParser,
-    make_loader,
-    webdataset_loader,
-    webdataset_pipe,
-)
+
+# The DataPipes front end imports torch (~2 s): imported on first use (``aisio.AISFileLoader``),
+# and registered with torch's DataPipes as soon as torch is imported (see aisio._lazy), so
+# `aisio --help` and the light commands never pay for it.
+_LAZY = {
+    **dict.fromkeys(
+        ("AISFileLister", "AISFileLoader", "AISSourceLister", "ResampledShards", "ToTuple",
+         "WebDatasetParser", "make_loader", "webdataset_loader", "webdataset_pipe"),
+        "aisio.datapipes",
+    ),
+    "tools": "aisio",
+    "playground": "aisio",
+}
+_register_datapipes_with_torch()
 
 __version__ = "0.1.0"
 
@@ -83,9 +88,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # The tools and the playground are not the library: imported on first use only.
     if name in ("tools", "playground"):
+        # The tools and the playground are not the library: imported on first use only.
         import importlib
 
         return importlib.import_module(f"aisio.{name}")
-    raise AttributeError(f"module 'aisio' has no attribute {name!r}")
+    return _lazy_attribute(__name__, name, _LAZY)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
