@@ -206,13 +206,29 @@ def image_grid(samples: Sequence[SampleView] | Iterable[dict[str, Any]], *,
     for ax, (view, field) in zip(axes.flat, cells, strict=False):
         array, cmap = _pixels(view, field)
         ax.imshow(array, cmap=cmap, interpolation="nearest")
-        name = view.label_field(label_field)
-        label = f" · {name}={view.label(name)}" if name is not None else ""
-        title = view.key if len(view.key) <= 20 else "…" + view.key[-19:]
-        ax.set_title(f"{title}\n{field}{label}", fontsize=8)
+        ax.set_title(_cell_title(view, field, label_field, cell), fontsize=8)
     if not cells:
         axes[0][0].text(0.5, 0.5, "no image fields", ha="center", va="center")
     return fig
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _cell_title(view: SampleView, field: str, label_field: str | None, cell: float) -> str:
+    """Returns a grid cell's title, each line cut to the cell's width (JSON labels are long)."""
+    width = max(8, int(cell * 72 / (8 * 0.62)))  # characters of an 8-point font per cell
+    key = view.key if len(view.key) <= width else "…" + view.key[-(width - 1):]
+    lines = [key, field]
+    name = view.label_field(label_field)
+    if name is not None:
+        label = f"{name}={view.label(name)}"
+        if len(field) + 3 + len(label) <= width:
+            lines[1] = f"{field} · {label}"
+        else:
+            lines.append(label)
+    return "\n".join(_fit(line, width) for line in lines)
 
 
 def show_samples(shard: str, n: int = 16, *, endpoint: str | None = None,
