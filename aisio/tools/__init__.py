@@ -16,13 +16,16 @@ _LAZY = {
                     "aisio.tools.explore"),
     **dict.fromkeys(("SampleView", "Samples", "head", "image_grid", "show_samples"),
                     "aisio.tools.preview"),
+    **dict.fromkeys(("Bottleneck", "bottleneck"), "aisio.tools.speed"),
 }
 
 __all__ = [
+    "Bottleneck",
     "BucketSummary",
     "Listing",
     "SampleView",
     "Samples",
+    "bottleneck",
     "head",
     "image_grid",
     "list_buckets",
