@@ -237,8 +237,13 @@ def _endpoint_problem(argv: Sequence[str], exc: AISIOError) -> str | None:
 
     import requests
 
-    endpoint = _endpoint_of(argv)
-    if not endpoint or (exc.status is None and "TLS" not in str(exc) and "SSL" not in str(exc)):
+    if exc.status is None and "TLS" not in str(exc) and "SSL" not in str(exc):
+        return None
+    try:
+        endpoint = _endpoint_of(argv)
+    except AISIOError:  # a malformed endpoint: the original error says so
+        return None
+    if not endpoint:
         return None
     parts = urlsplit(endpoint)
     where = f"--endpoint {endpoint}" if "--endpoint" in " ".join(argv) else (
