@@ -16,6 +16,8 @@ Example:
 
 from typing import TYPE_CHECKING
 
+from aisio._lazy import lazy_attribute as _lazy_attribute
+from aisio._lazy import register_datapipes_with_torch as _register_datapipes_with_torch
 from aisio.core.cache import ShardCache
 from aisio.core.config import AISConfig
 from aisio.core.decode import Decoder, to_tuple
@@ -46,28 +48,45 @@ from aisio.core.errors import (
 from aisio.core.loop import ResumableLoader
 from aisio.core.report import ErrorReport
 from aisio.core.urls import ETL
-from aisio.datapipes import (
-    AISFileLister,
-    AISFileLoader,
-    AISSourceLister,
-    ResampledShards,
-    ToTuple,
-    WebDatasetParser,
-    make_loader,
-    webdataset_loader,
-    webdataset_pipe,
-)
-from aisio.loaders import (
-    ShardSamples,
-    gather_state,
-    webdataset_dataloader,
-    webdataset_node_loader,
-    webdataset_stateful_loader,
-)
 
 if TYPE_CHECKING:
     from aisio import playground as playground
     from aisio import tools as tools
+    from aisio.datapipes import (
+        AISFileLister,
+        AISFileLoader,
+        AISSourceLister,
+        ResampledShards,
+        ToTuple,
+        WebDatasetParser,
+        make_loader,
+        webdataset_loader,
+        webdataset_pipe,
+    )
+    from aisio.loaders import (
+        ShardSamples,
+        gather_state,
+        webdataset_dataloader,
+        webdataset_node_loader,
+        webdataset_stateful_loader,
+    )
+
+# The front ends import torch (~2 s): imported on first use (``aisio.AISFileLoader``), and the
+# DataPipes registered with torch as soon as torch is imported (see aisio._lazy), so
+# `aisio --help` and the light commands never pay for it.
+_LAZY = {
+    **dict.fromkeys(
+        ("AISFileLister", "AISFileLoader", "AISSourceLister", "ResampledShards", "ToTuple",
+         "WebDatasetParser", "make_loader", "webdataset_loader", "webdataset_pipe"),
+        "aisio.datapipes",
+    ),
+    **dict.fromkeys(
+        ("ShardSamples", "gather_state", "webdataset_dataloader", "webdataset_node_loader",
+         "webdataset_stateful_loader"),
+        "aisio.loaders",
+    ),
+}
+_register_datapipes_with_torch()
 
 __version__ = "0.1.0"
 
@@ -119,9 +138,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # The tools and the playground are not the library: imported on first use only.
     if name in ("tools", "playground"):
+        # The tools and the playground are not the library: imported on first use only.
         import importlib
 
         return importlib.import_module(f"aisio.{name}")
-    raise AttributeError(f"module 'aisio' has no attribute {name!r}")
+    return _lazy_attribute(__name__, name, _LAZY)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

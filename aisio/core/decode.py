@@ -9,6 +9,8 @@ dot-separated part of its suffix (``seg.png`` -> ``png``); decoders are looked u
 * ``json jsn``: the parsed JSON value;
 * ``npy``: a numpy array (loaded with ``allow_pickle=False``);
 * ``npz``: a dict of numpy arrays (``allow_pickle=False``);
+* ``ten tb``: the list of numpy arrays of a tenbin file (webdataset's ``tenbin`` format);
+* ``mp msg msgpack``: the unpacked MessagePack value (needs the optional ``msgpack`` package);
 * ``pyd pickle pkl``: the unpickled object, only with ``allow_pickle=True``;
 * ``pth``: ``torch.load(..., weights_only=False)``, only with ``allow_pickle=True``;
 * ``gz``: gunzipped, then decoded by the rest of the suffix (``json.gz`` -> JSON).
@@ -37,13 +39,37 @@ from functools import partial
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from aisio.core.errors import ConfigError, DecodeError
+from aisio.core.errors import AISIOError, ConfigError, DecodeError, LoaderUnavailableError
 
 FieldDecoder = Callable[[bytes], Any]
 """A function turning a field's bytes into a value."""
 
 
-class MissingFieldError(DecodeError, KeyError):
+class SampleError(DecodeError):
+    """One sample is bad (a field does not decode, or a field is missing): the error policies
+    (``on_error="skip"``/``"warn"``) skip that sample alone.
+
+    Attributes:
+        key: the sample's ``__key__``.
+        field: the field at fault.
+        member: the tar member at fault, ``<key>.<field>``.
+        offset: always None (samples carry no byte offsets).
+    """
+
+    def __init__(self, message: str, *, url: str | None = None, key: str | None = None,
+                 field: str | None = None) -> None:
+        super().__init__(message, url=url)
+        self.key = key
+        self.field = field
+        self.member = f"{key}.{field}" if key is not None and field is not None else None
+        self.offset = None
+
+
+class FieldDecodeError(SampleError):
+    """A field's bytes could not be decoded (a corrupt JPEG, bad JSON, ...)."""
+
+
+class MissingFieldError(SampleError, KeyError):
     """A sample lacks a field asked for by :func:`to_tuple` (also a ``KeyError``)."""
 
 
@@ -134,6 +160,22 @@ def _npz(data: bytes) -> dict[str, Any]:
         return {name: archive[name] for name in archive.files}
 
 
+def _tenbin(data: bytes) -> Any:
+    from webdataset import tenbin  # a dependency of aisio; imported only for .ten fields
+
+    return tenbin.decode_buffer(data)
+
+
+def _msgpack(data: bytes) -> Any:
+    try:
+        import msgpack  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:
+        raise LoaderUnavailableError(
+            "decoding .mp/.msg/.msgpack fields needs the 'msgpack' package: pip install msgpack"
+        ) from exc
+    return msgpack.unpackb(data, raw=False)
+
+
 def _unpickle(data: bytes) -> Any:
     return pickle.loads(data)  # only reached with allow_pickle=True
 
@@ -160,6 +202,11 @@ BASIC_DECODERS: Mapping[str, FieldDecoder] = MappingProxyType(
         "jsn": _json,
         "npy": _npy,
         "npz": _npz,
+        "ten": _tenbin,
+        "tb": _tenbin,
+        "mp": _msgpack,
+        "msg": _msgpack,
+        "msgpack": _msgpack,
         "pyd": _unpickle,
         "pickle": _unpickle,
         "pkl": _unpickle,
@@ -279,20 +326,57 @@ class Decoder:
     def _run(decoder: FieldDecoder, sample: Mapping[str, Any], field: str, data: bytes) -> Any:
         try:
             return decoder(data)
+        except AISIOError:
+            raise  # e.g. a missing optional package: not this sample's fault
         except Exception as exc:
-            raise DecodeError(
+            raise FieldDecodeError(
                 f"cannot decode field '{field}' of {_sample_name(sample)}: "
                 f"{type(exc).__name__}: {exc}; check the file or pass a custom decoder for "
                 f"'{field}'",
                 url=sample.get("__url__"),
+                key=sample.get("__key__"),
+                field=field,
             ) from exc
+
+
+def field_names(fields: Any, *, what: str = "fields") -> tuple[str, ...]:
+    """Returns a tuple of names from a sequence of names or from one string of names.
+
+    A string is split on whitespace (``"jpg;png cls"`` -> ``("jpg;png", "cls")``, as in
+    webdataset's ``to_tuple``); it is never iterated as characters.
+
+    Raises:
+        TypeError: ``fields`` is not a string or an iterable of strings (``what`` names it).
+        ValueError: no name was given.
+    """
+    if isinstance(fields, str):
+        names: tuple[Any, ...] = tuple(fields.split())
+    elif isinstance(fields, (bytes, bytearray)) or not isinstance(fields, Iterable):
+        raise TypeError(f"{what} must be a string or a list of strings, got {fields!r}")
+    else:
+        names = tuple(fields)
+    bad = [name for name in names if not isinstance(name, str)]
+    if bad:
+        raise TypeError(f"{what} must be strings, got {bad[0]!r} in {fields!r}")
+    if not names:
+        raise ValueError(f"{what} is empty: name at least one field, e.g. 'jpg;png cls'")
+    return names
+
+
+def tuple_fields(fields: tuple[Any, ...]) -> tuple[str, ...]:
+    """Returns the field names of ``to_tuple(sample, *fields)``: one string with spaces or one
+    list is split or unpacked; otherwise each argument is one field."""
+    if len(fields) == 1:
+        return field_names(fields[0])
+    return field_names(fields)
 
 
 def to_tuple(sample: Mapping[str, Any], *fields: str, missing_ok: bool = False) -> tuple[Any, ...]:
     """Returns the values of ``fields`` in ``sample``, as a tuple in the same order.
 
     Each field may list alternatives separated by ``;`` (``"jpg;png"``): the first present wins.
-    A single argument containing spaces is split into fields (``"jpg;png cls"``).
+    A single argument is split on spaces (``"jpg;png cls"``, as in webdataset) or, when it is a
+    list, unpacked (``["jpg;png", "cls"]``).
 
     Args:
         sample: a (decoded or raw) sample.
@@ -303,8 +387,8 @@ def to_tuple(sample: Mapping[str, Any], *fields: str, missing_ok: bool = False) 
         MissingFieldError: a field (none of its alternatives) is in the sample; it is both a
             DecodeError and a KeyError.
     """
-    if len(fields) == 1 and " " in fields[0]:
-        fields = tuple(fields[0].split())
+    if len(fields) != 1 or not isinstance(fields[0], str) or " " in fields[0]:
+        fields = tuple_fields(fields)
     return tuple(_pick(sample, field, missing_ok) for field in fields)
 
 
@@ -319,6 +403,8 @@ def _pick(sample: Mapping[str, Any], field: str, missing_ok: bool) -> Any:
         f"{_sample_name(sample)} has no field {field!r}; its fields are {present}; pick one of "
         "those or pass missing_ok=True",
         url=sample.get("__url__"),
+        key=sample.get("__key__"),
+        field=field,
     )
 
 
@@ -328,8 +414,12 @@ __all__ = [
     "IMAGE_SPECS",
     "PICKLE_EXTENSIONS",
     "Decoder",
+    "FieldDecodeError",
     "FieldDecoder",
     "MissingFieldError",
+    "SampleError",
     "decode_image",
+    "field_names",
     "to_tuple",
+    "tuple_fields",
 ]

@@ -67,14 +67,17 @@ class Delivery:
     restarts after it), and whether it is the shard's last sample.
     """
 
-    __slots__ = ("positions", "value")
+    __slots__ = ("empty", "positions", "value")
 
-    def __init__(self, value: Any, positions: list[tuple[int, int, int, bool]]) -> None:
+    def __init__(self, value: Any, positions: list[tuple[int, int, int, bool]],
+                 empty: bool = False) -> None:
         self.value = value
         self.positions = positions
+        #: True when it carries only the positions of skipped samples, nothing to yield
+        self.empty = empty
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Delivery, (self.value, self.positions))
+        return (Delivery, (self.value, self.positions, self.empty))
 
     def __repr__(self) -> str:
         return f"Delivery({len(self.positions)} sample(s))"
@@ -373,32 +376,57 @@ def task_samples(task: ShardTask, stream: Any) -> Iterator[dict[str, Any]]:
         yield pending
 
 
-def pack_batch(samples: Sequence[dict[str, Any]], *, finish: Any = None,
+class Positioned:
+    """Applies a per-sample stage (decode, tuple) to a sample and returns ``(value, position)``:
+    the position taken out of the sample first, the value :data:`~aisio.core.stages.SKIPPED`
+    when the stage skipped the sample (its position is still delivered, so that the shard can
+    be finished). Picklable when the stage is."""
+
+    def __init__(self, stage: Any = None) -> None:
+        self.stage = stage
+
+    def __call__(self, sample: dict[str, Any]) -> tuple[Any, tuple[int, int, int, bool]]:
+        position = sample.pop(POSITION)
+        return (self.stage(sample) if self.stage is not None else sample), position
+
+
+def pack_batch(pairs: Sequence[tuple[Any, tuple[int, int, int, bool]]], *,
                collate: Any = None) -> Delivery:
-    """Returns a :class:`Delivery` of samples (each ``finish(sample)``, e.g. a tuple), collated
-    with ``collate`` if given, carrying the samples' positions (taken out of the samples)."""
-    positions = [sample.pop(POSITION) for sample in samples]
-    values = [finish(sample) for sample in samples] if finish is not None else list(samples)
+    """Returns a :class:`Delivery` of ``(value, position)`` pairs: the values (skipped ones
+    left out) collated with ``collate`` if given, and every position."""
+    from aisio.core.stages import SKIPPED
+
+    values = [value for value, _ in pairs if value is not SKIPPED]
+    positions = [position for _, position in pairs]
+    if not values:
+        return Delivery(None, positions, empty=True)
     return Delivery(collate(values) if collate is not None else values, positions)
 
 
-def pack(items: Iterable[Any], *, batch_size: int | None = None,
-         finish: Any = None, collate: Any = None) -> Iterator[Delivery]:
-    """Yields :class:`Delivery` items: each sample alone (``finish(sample)``), or
-    ``batch_size`` of them collated (see :func:`pack_batch`)."""
-    if not batch_size:
-        for sample in items:
-            position = sample.pop(POSITION)
-            yield Delivery(finish(sample) if finish is not None else sample, [position])
-        return
-    batch: list[dict[str, Any]] = []
-    for sample in items:
-        batch.append(sample)
+def pack(pairs: Iterable[tuple[Any, tuple[int, int, int, bool]]], *,
+         batch_size: int | None = None, collate: Any = None) -> Iterator[Delivery]:
+    """Yields :class:`Delivery` items from ``(value, position)`` pairs: each value alone, or
+    ``batch_size`` of them collated; the positions of skipped samples travel with the next."""
+    from aisio.core.stages import SKIPPED
+
+    batch: list[Any] = []
+    positions: list[tuple[int, int, int, bool]] = []
+    for value, position in pairs:
+        positions.append(position)
+        if value is SKIPPED:
+            continue
+        if not batch_size:
+            yield Delivery(value, positions)
+            positions = []
+            continue
+        batch.append(value)
         if len(batch) == batch_size:
-            yield pack_batch(batch, finish=finish, collate=collate)
-            batch = []
+            yield Delivery(collate(batch) if collate is not None else batch, positions)
+            batch, positions = [], []
     if batch:
-        yield pack_batch(batch, finish=finish, collate=collate)
+        yield Delivery(collate(batch) if collate is not None else batch, positions)
+    elif positions:
+        yield Delivery(None, positions, empty=True)
 
 
 def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Iterator[Any]:
@@ -418,6 +446,7 @@ def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Itera
 __all__ = [
     "POSITION",
     "Delivery",
+    "Positioned",
     "EpochProgress",
     "ShardTask",
     "check_state",

@@ -49,15 +49,19 @@ class ResumableLoader:
         report: the skip report (``on_error="skip"``/``"warn"``).
         sync: with ``uneven="drop"`` across ranks: ``sync(have_item) -> all ranks have one``.
         resumable: False when the items carry no positions (then ``state_dict`` raises).
+        timings: the pipeline's :class:`~aisio.core.timing.StageTimes` (``timings=True``).
     """
 
     def __init__(self, shards: Sequence[ObjectRef], *, seed: int, open_epoch: OpenEpoch,
                  close: Callable[[], None] | None = None, report: ErrorReport | None = None,
-                 sync: Callable[[bool], bool] | None = None, resumable: bool = True) -> None:
+                 sync: Callable[[bool], bool] | None = None, resumable: bool = True,
+                 timings: Any = None) -> None:
         self.shards = list(shards)
         self.seed = seed
         self.epoch = 0
         self.report = report
+        #: per-stage times with ``timings=True`` (a :class:`~aisio.core.timing.StageTimes`)
+        self.timings = timings
         self.resumable = resumable
         self._open_epoch = open_epoch
         self._close = close
@@ -86,6 +90,9 @@ class ResumableLoader:
         try:
             while True:
                 item = next(items, _END)
+                while isinstance(item, Delivery) and item.empty:
+                    progress.record(item.positions)  # only skipped samples: nothing to yield
+                    item = next(items, _END)
                 if self._sync is not None and not self._sync(item is not _END):
                     break  # uneven="drop": a rank ran out, every rank stops here
                 if item is _END:

@@ -13,9 +13,11 @@ from typing import Any
 
 from aisio.core.cache import ShardCache
 from aisio.core.config import AISConfig, resolve_config
-from aisio.core.decode import Decoder
+from aisio.core.decode import Decoder, field_names
 from aisio.core.fetch import ErrorPolicy, Fetcher, OnError, check_on_error
 from aisio.core.report import ErrorReport
+from aisio.core.stages import SampleStage
+from aisio.core.timing import StageTimes
 from aisio.core.urls import ETL, to_etl
 
 
@@ -40,6 +42,7 @@ class PipelineSpec:
     report: ErrorReport = field(default_factory=ErrorReport)
     concurrency: int = 1
     cache: ShardCache | None = None
+    times: StageTimes | None = None
 
     @classmethod
     def build(
@@ -59,6 +62,7 @@ class PipelineSpec:
         report: ErrorReport | None = None,
         concurrency: int = 1,
         cache: ShardCache | None = None,
+        timings: bool = False,
     ) -> PipelineSpec:
         """Returns the spec for these options (see :func:`aisio.webdataset_pipe`).
 
@@ -71,8 +75,7 @@ class PipelineSpec:
             raise ValueError("shuffle_buffer and decode_threads must be >= 0")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be at least 1 (None: no batches)")
-        if isinstance(tuple_fields, str):
-            tuple_fields = tuple_fields.split()  # webdataset's to_tuple("jpg;png cls")
+        fields = None if tuple_fields is None else field_names(tuple_fields, what="tuple_fields")
         if report is None:
             report = ErrorReport.temporary() if on_error != "raise" else ErrorReport()
         return cls(
@@ -82,14 +85,22 @@ class PipelineSpec:
             shuffle_buffer=shuffle_buffer,
             decoder=decode if isinstance(decode, Decoder) or decode is None else Decoder(decode),
             decode_threads=decode_threads,
-            tuple_fields=tuple(tuple_fields) if tuple_fields else None,
+            tuple_fields=tuple(fields) if fields else None,
             batch_size=batch_size,
             collate=collate,
             on_error=on_error,
             report=report,
             concurrency=concurrency,
             cache=cache,
+            times=StageTimes.temporary() if timings else None,
         )
+
+    def stage(self) -> SampleStage | None:
+        """Returns the per-sample stage (decode, tuple, under the error policy), if any."""
+        if self.decoder is None and self.tuple_fields is None and self.times is None:
+            return None
+        return SampleStage(self.decoder, self.tuple_fields, on_error=self.on_error,
+                           report=self.report, times=self.times)
 
     def fetcher(self) -> Fetcher:
         """Returns the fetcher that reads this pipeline's shards."""

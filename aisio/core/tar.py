@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import io
 import struct
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol
 
+from aisio.core import timing
+from aisio.core.compression import known_non_tar, open_shard
 from aisio.core.errors import ShardFormatError
 
 BLOCK = 512
@@ -43,7 +46,7 @@ _META_TYPES = frozenset((_GNU_LONGNAME, _GNU_LONGLINK, _PAX_HEADER, _PAX_GLOBAL)
 
 _HINT_TRUNCATED = "re-upload the shard or read it with on_error='skip'"
 _HINT_CORRUPT = "re-upload the shard or read it with on_error='skip'"
-_HINT_NOT_TAR = "check that the object is an uncompressed tar (WebDataset) shard"
+_HINT_NOT_TAR = "check that the object is a tar (WebDataset) shard, plain or gzip/bzip2/xz/zstd"
 
 
 class TarMember(NamedTuple):
@@ -270,29 +273,121 @@ def iter_tar(
     start_offset: int = 0,
     bufsize: int = 1 << 20,
 ) -> Iterator[TarMember]:
-    """Yields the regular files of a tar stream, in archive order, as :class:`TarMember`.
+    """Yields the regular files of a tar stream, plain or compressed, as :class:`TarMember`.
+
+    A stream read from its start (``start_offset`` 0) may be gzip, bzip2, xz or zstd
+    compressed: it is recognised by its first bytes, whatever its name, and decompressed as it
+    streams (see :mod:`aisio.core.compression`). Offsets then count bytes of the decompressed
+    tar, and error messages say so. The rest is as for a plain tar, below.
 
     Directories, links, devices, FIFOs and GNU long-link records are skipped; GNU long names,
     pax ``path``/``size`` records and the ustar ``prefix`` field are applied to the member that
     follows. Names are decoded as UTF-8 (undecodable bytes become surrogate escapes).
 
     Reading stops at the first all-zero block (end of archive) or at a clean end of stream on a
-    header boundary. A zero-byte stream (from ``start_offset`` 0) is no tar at all: an error.
+    header boundary. A zero-byte stream (from ``start_offset`` 0) is no tar at all: an error, as
+    is any stream shorter than one tar header that does not start like one.
 
     Args:
         stream: a binary file-like with ``read(n)``; short reads are fine.
         url: the shard's name, used in error messages.
         start_offset: added to every reported offset; pass the byte at which the stream starts
-            when it was reopened at a member boundary (an HTTP ``Range`` request).
+            when it was reopened at a member boundary (an HTTP ``Range`` request). Such a stream
+            is taken to be plain tar.
         bufsize: how many bytes to read at a time; members larger than this are read straight
             from the stream.
 
     Raises:
-        ShardFormatError: the stream is not a tar archive, a header is corrupt, or the stream
-            ends inside a header or a member. ``offset`` and (when known) ``member`` are set.
+        ShardFormatError: the stream is not a tar archive, a header is corrupt, the stream ends
+            inside a header or a member, or the compressed data is corrupt or ends early.
+            ``offset`` and (when known) ``member`` are set.
+        LoaderUnavailableError: the shard is zstd-compressed and ``zstandard`` is missing.
     """
     if bufsize < BLOCK:
         raise ValueError(f"bufsize must be at least {BLOCK}, got {bufsize}")
+    reader = _TimedReader(stream)
+    members = _iter_members(reader, url, start_offset, bufsize)
+    # Stage timing (aisio.core.timing): read = inside stream.read, parse = the rest of the time
+    # spent producing members; added to the process totals every 256 members and at the end.
+    clock = time.perf_counter
+    parse = read_before = 0.0
+    count = 0
+    try:
+        while True:
+            start = clock()
+            try:
+                member = next(members)
+            except StopIteration:
+                return
+            finally:
+                parse += clock() - start
+            count += 1
+            if count & 255 == 0:
+                timing.add("read", reader.seconds - read_before, 0)
+                timing.add("parse", parse - (reader.seconds - read_before), 256)
+                read_before = reader.seconds
+                parse = 0.0
+                timing.flush()
+            yield member
+    finally:
+        read = reader.seconds - read_before
+        timing.add("read", read, 0)
+        timing.add("parse", parse - read, count & 255)
+        timing.flush()
+
+
+class _TimedReader:
+    """A stream's ``read`` that adds up the seconds spent in it."""
+
+    __slots__ = ("_read", "seconds")
+
+    def __init__(self, stream: BinaryReadable) -> None:
+        self._read = stream.read
+        self.seconds = 0.0
+
+    def read(self, size: int = -1, /) -> bytes | None:
+        start = time.perf_counter()
+        try:
+            return self._read(size)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def _iter_members(
+    stream: BinaryReadable, url: str | None, start_offset: int, bufsize: int
+) -> Iterator[TarMember]:
+    """Yields the members of a plain or compressed tar stream (see :func:`iter_tar`)."""
+    if start_offset:
+        yield from _iter_plain(stream, url=url, start_offset=start_offset, bufsize=bufsize)
+        return
+    tar_stream, decompressed = open_shard(stream, url=url)
+    if decompressed is None:
+        yield from _iter_plain(tar_stream, url=url, start_offset=0, bufsize=bufsize)
+        return
+    try:
+        yield from _iter_plain(tar_stream, url=url, start_offset=0, bufsize=bufsize)
+    except ShardFormatError as exc:
+        if decompressed.ended_early and "truncated" not in exc.message:
+            decompressed.check_complete()  # the cause: the compressed stream ended early
+        if exc.message.startswith(f"shard {_where(url)} ") and "decompressed" not in exc.message:
+            head = f"shard {_where(url)} "
+            raise ShardFormatError(
+                f"{head}({decompressed.compression}-compressed; offsets count bytes of the "
+                f"decompressed tar) {exc.message[len(head):]}",
+                url=exc.url, offset=exc.offset, member=exc.member,
+            ) from exc
+        raise
+    decompressed.check_complete()
+
+
+def _iter_plain(
+    stream: BinaryReadable,
+    *,
+    url: str | None,
+    start_offset: int,
+    bufsize: int,
+) -> Iterator[TarMember]:
+    """Yields the regular files of a plain tar stream (see :func:`iter_tar`)."""
     src = _Source(stream.read, start_offset, bufsize)
     pending = _Pending()
     last_name: str | None = None
@@ -306,8 +401,8 @@ def iter_tar(
             buf = src.buf
             pos = 0
             if available < BLOCK:
-                if available == 0 and src.base == 0 and start_offset == 0:
-                    raise _error(url, 0, "is empty (0 bytes), not a tar archive", _HINT_NOT_TAR)
+                if src.base == 0 and start_offset == 0:
+                    _check_short_object(buf[:available], url)
                 _check_clean_eof(src, available, pending, url)
                 return
         header_offset = src.base + pos
@@ -358,6 +453,34 @@ def iter_tar(
             _read_extension(src, typeflag, size, padded, pending, header_offset, name, url)
 
 
+def _looks_like_header_start(head: bytes) -> bool:
+    """Returns whether ``head`` (under 512 bytes) could be the start of a tar header: a name of
+    printable bytes padded with NULs to byte 100, then an octal mode field, as far as present."""
+    name, nul, padding = head[:100].partition(b"\x00")
+    if not name or not nul or any(byte < 0x20 for byte in name) or padding.strip(b"\x00"):
+        return False
+    mode = head[100:108].partition(b"\x00")[0].strip()
+    return all(0x30 <= byte <= 0x37 for byte in mode)
+
+
+def _check_short_object(head: bytes, url: str | None) -> None:
+    """Raises "not a tar" for a whole object shorter than one tar header that does not start
+    like one (a truncated tar keeps its "truncated" error)."""
+    if not head:
+        raise _error(url, 0, "is empty (0 bytes), not a tar archive", _HINT_NOT_TAR)
+    if _looks_like_header_start(head):
+        return
+    what = known_non_tar(head)
+    kind = f"it is {what}" if what else "its first bytes are not a tar header"
+    raise _error(
+        url,
+        0,
+        f"is not a tar file: {kind}, and at {len(head)} bytes it is shorter than one "
+        f"{BLOCK}-byte tar header",
+        _HINT_NOT_TAR,
+    )
+
+
 def _check_clean_eof(src: _Source, available: int, pending: _Pending, url: str | None) -> None:
     """Raises unless the stream ended on a header boundary with no extended header pending."""
     if available:
@@ -391,10 +514,12 @@ def _check_header(
     if expected >= 0 and _checksum_ok(memoryview(buf)[pos : pos + BLOCK], chksum_f, expected):
         return
     if offset == 0:
+        what = known_non_tar(buf[pos : pos + 8])
         raise _error(
             url,
             offset,
-            "is not a tar file: its first 512 bytes are not a valid tar header (checksum mismatch)",
+            f"is not a tar file: {f'it is {what}; ' if what else ''}its first 512 bytes are not "
+            "a valid tar header (checksum mismatch)",
             _HINT_NOT_TAR,
         )
     after = f" after the header of {last_name!r}" if last_name is not None else ""

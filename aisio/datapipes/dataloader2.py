@@ -8,6 +8,7 @@ top-level helpers (:func:`aisio.webdataset_loader`, ...) turn that into a
 from __future__ import annotations
 
 import math
+import pickle
 import random
 import warnings
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ with warnings.catch_warnings():
     from torchdata.dataloader2.reading_service import ReadingServiceInterface
 
 from aisio.core.epoch import epoch_seed
+from aisio.core.errors import ConfigError
 from aisio.core.fetch import check_epoch
 from aisio.core.loop import ResumableLoader
 from aisio.core.report import ErrorReport
@@ -102,6 +104,8 @@ class EpochLoader(DataLoader2):
         self.epoch = 0
         #: what ``on_error="skip"``/``"warn"`` left out (set by :func:`webdataset_loader`).
         self.report: ErrorReport | None = None
+        #: per-stage times with ``timings=True`` (set by :func:`webdataset_loader`).
+        self.timings: Any = None
 
     def set_epoch(self, epoch: int) -> None:
         """Makes the next iteration epoch ``epoch``."""
@@ -157,8 +161,10 @@ def webdataset_loader(
         samples_per_epoch: with ``resampled=True``, the epoch length per rank (in items the
             pipe yields: batches when ``batch_size`` is set); split across workers.
         post: a function applied to the pipe last (e.g. extra maps), still inside the workers.
-            With ``post`` or ``resampled=True`` the loader is a plain :class:`EpochLoader`,
-            which cannot checkpoint mid-epoch.
+            With workers, what it adds must pickle: functions defined with ``def`` at module
+            level, not lambdas (checked here, with an error naming the function). With
+            ``post`` or ``resampled=True`` the loader is a plain :class:`EpochLoader`, which
+            cannot checkpoint mid-epoch.
         **pipe_options: passed to :func:`webdataset_pipe` (url, etl, decode, batch_size, ...).
 
     Example:
@@ -186,8 +192,10 @@ def webdataset_loader(
         while current:
             current.pop().shutdown()
 
+    if num_workers:
+        check_picklable(pipe, num_workers, "the pipeline")
     return ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch, close=close,
-                           report=spec.report)
+                           report=spec.report, timings=spec.times)
 
 
 def _plain_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: Uneven,
@@ -196,6 +204,7 @@ def _plain_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: Un
                   **pipe_options: Any) -> EpochLoader:
     pipe = webdataset_pipe(shards, **pipe_options)
     report: ErrorReport = pipe.report
+    pipe_timings = pipe.timings
     if samples_per_epoch is not None:
         if not pipe_options.get("resampled"):
             raise ValueError("samples_per_epoch goes with resampled=True (exact epochs end "
@@ -204,6 +213,53 @@ def _plain_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: Un
         pipe = pipe.header(math.ceil(samples_per_epoch / max(1, num_workers)))
     if post is not None:
         pipe = post(pipe)
+    if num_workers:
+        check_picklable(pipe, num_workers, "post=" if post is not None else "the pipeline")
     loader = make_loader(pipe, num_workers=num_workers, seed=seed, uneven=uneven)
     loader.report = report
+    loader.timings = pipe_timings
     return loader
+
+
+def _describe(fn: Any) -> str:
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    code = getattr(fn, "__code__", None)
+    where = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+    return f"{name}{where}"
+
+
+def _unpicklable_callable(pipe: IterDataPipe) -> Any:
+    """Returns the first function held by a DataPipe of ``pipe``'s graph that does not pickle."""
+    from torch.utils.data.graph import traverse_dps
+
+    stack = [traverse_dps(pipe)]
+    while stack:
+        for dp, parents in stack.pop().values():
+            for value in vars(dp).values():
+                if callable(value) and not isinstance(value, (type, IterDataPipe)):
+                    try:
+                        pickle.dumps(value)
+                    except Exception:
+                        return value
+            stack.append(parents)
+    return None
+
+
+def check_picklable(pipe: IterDataPipe, num_workers: int, origin: str = "post=") -> None:
+    """Raises a one-line ConfigError naming the function that keeps ``pipe`` from reaching
+    worker processes (a lambda or a local function), and the fix.
+
+    Raises:
+        ConfigError: ``pipe`` does not pickle.
+    """
+    try:
+        pickle.dumps(pipe)
+    except Exception as exc:
+        culprit = _unpicklable_callable(pipe)
+        what = (f"function {_describe(culprit)} cannot be pickled" if culprit is not None
+                else f"it does not pickle ({type(exc).__name__}: {exc})")
+        raise ConfigError(
+            f"the pipe from {origin} cannot be sent to the {num_workers} worker process(es): "
+            f"{what}; define it with `def` at module level (or use functools.partial of one), "
+            "or pass num_workers=0"
+        ) from exc

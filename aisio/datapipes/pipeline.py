@@ -23,10 +23,19 @@ from aisio.core.cache import ShardCache
 from aisio.core.client import client_for
 from aisio.core.config import AISConfig, resolve_config
 from aisio.core.decode import Decoder, to_tuple
-from aisio.core.epoch import Delivery, EpochProgress, ShardTask, epoch_tasks, pack
+from aisio.core.decode import tuple_fields as _tuple_fields
+from aisio.core.epoch import (
+    Delivery,
+    EpochProgress,
+    Positioned,
+    ShardTask,
+    epoch_tasks,
+    pack,
+)
 from aisio.core.report import ErrorReport
-from aisio.core.sources import ObjectRef, resolve, shard_list
+from aisio.core.sources import ObjectRef, objects, resolve, resolve_one, shard_list
 from aisio.core.spec import PipelineSpec
+from aisio.core.stages import is_kept
 from aisio.core.threads import thread_map
 from aisio.core.urls import ETL
 from aisio.datapipes.base import IterableWrapper, IterDataPipe
@@ -38,13 +47,18 @@ Uneven = Literal["drop", "keep"]
 class ToTuple:
     """Returns ``to_tuple(sample, *fields)``: a picklable map function for DataPipes.
 
+    Fields are given as arguments, as one string (``"png;jpg cls"``, as in webdataset) or as
+    one list.
+
     Example:
         >>> ToTuple("png;jpg", "cls")({"png": 1, "cls": 2, "__key__": "k"})
         (1, 2)
+        >>> ToTuple("png;jpg cls").fields
+        ('png;jpg', 'cls')
     """
 
     def __init__(self, *fields: str) -> None:
-        self.fields = fields
+        self.fields = _tuple_fields(fields)
 
     def __call__(self, sample: dict[str, Any]) -> tuple[Any, ...]:
         return to_tuple(sample, *self.fields)
@@ -65,6 +79,13 @@ def shard_names(sources: Any, config: AISConfig | None = None) -> list[ObjectRef
                       else None)
 
 
+def _expand_string(source: str) -> list[str]:
+    """Returns the names one string stands for: a template's expansion, or the name itself."""
+    if source.startswith(("http://", "https://")):
+        return [source]
+    return [ref.uri() for each in resolve_one(source) for ref in objects(each)]
+
+
 class ThreadMapper(IterDataPipe):
     """Yields ``fn(item)`` for each item of ``source``, in order, computed by ``threads``
     threads."""
@@ -82,9 +103,22 @@ class ResampledShards(IterDataPipe):
     """Yields shard names drawn with replacement, forever: for multi-node epochs of fixed length.
 
     Seeded by DataLoader2 (a different stream in every worker of every rank).
+
+    Args:
+        names: shard names; a single string is one name or template, expanded
+            (``"ais://b/s-{00..09}.tar"``), never split into characters.
+        seed: the initial seed.
+
+    Example:
+        >>> ResampledShards("ais://b/s-{00..09}.tar").names[:2]
+        ['ais://b/s-00.tar', 'ais://b/s-01.tar']
     """
 
-    def __init__(self, names: Sequence[Any], seed: int = 0) -> None:
+    def __init__(self, names: str | Sequence[Any], seed: int = 0) -> None:
+        if isinstance(names, str):
+            names = _expand_string(names)
+        elif isinstance(names, (bytes, bytearray)):
+            raise TypeError(f"ResampledShards takes shard names as str, got {names!r}")
         if not names:
             raise ValueError("ResampledShards needs at least one shard name")
         self.names = list(names)
@@ -110,7 +144,7 @@ def webdataset_pipe(
     shuffle_buffer: int = 0,
     decode: str | Decoder | None = None,
     decode_threads: int = 0,
-    tuple_fields: Sequence[str] | None = None,
+    tuple_fields: str | Sequence[str] | None = None,
     batch_size: int | None = None,
     collate: bool = True,
     on_error: OnError = "raise",
@@ -118,6 +152,7 @@ def webdataset_pipe(
     resampled: bool = False,
     concurrency: int = 1,
     cache: ShardCache | None = None,
+    timings: bool = False,
 ) -> IterDataPipe:
     """Returns the DataPipe from shard names to samples, tuples or batches (see module doc).
 
@@ -134,23 +169,28 @@ def webdataset_pipe(
         decode_threads: decode with this many threads per process, in order (image decoders
             release the GIL, so this helps where cores are idle; on the 2-core benchmark
             machine, shared with the AIStore node, it did not); 0 decodes inline.
-        tuple_fields: fields to turn each sample into a tuple, e.g. ``("png;jpg", "cls")``.
+        tuple_fields: fields to turn each sample into a tuple, e.g. ``("png;jpg", "cls")`` or
+            ``"png;jpg cls"`` (webdataset's spelling).
         batch_size: batch in the worker (before samples cross to the main process).
         collate: collate batches into tensors with torch's default collate.
-        on_error: what to do with a bad or missing shard: ``raise``, or ``warn``/``skip`` to
-            go on with the next one, recorded in ``report``.
-        report: where skipped shards are recorded; by default a temporary file that worker
-            processes share, available as ``pipe.report``.
+        on_error: what to do with a bad or missing shard, and with a bad sample (a field that
+            does not decode, or lacks a field of ``tuple_fields``): ``raise``, or
+            ``warn``/``skip`` to go on with the next shard or sample, recorded in ``report``
+            (shard, offset or ``<key>.<field>``, reason).
+        report: where skipped shards and samples are recorded; by default a temporary file
+            that worker processes share, available as ``pipe.report``.
         resampled: draw shards with replacement forever (cap the epoch with ``.header(n)`` or
             :func:`webdataset_loader`'s ``samples_per_epoch``).
         concurrency: parallel GETs (for many small shards).
         cache: a :class:`ShardCache` keeping read shards on local disk for later epochs.
+        timings: measure where the time goes (network reads, tar parsing, decoding) in every
+            process, as ``pipe.timings`` (a :class:`~aisio.core.timing.StageTimes`).
     """
     spec = PipelineSpec.build(
         url=url, config=config, etl=etl, shuffle_shards=shuffle_shards,
         shuffle_buffer=shuffle_buffer, decode=decode, decode_threads=decode_threads,
         tuple_fields=tuple_fields, batch_size=batch_size, collate=collate, on_error=on_error,
-        report=report, concurrency=concurrency, cache=cache)
+        report=report, concurrency=concurrency, cache=cache, timings=timings)
     names = shard_names(shards, spec.config)
     pipe: IterDataPipe
     if resampled:
@@ -161,28 +201,30 @@ def webdataset_pipe(
             pipe = pipe.shuffle(buffer_size=len(names))
         pipe = pipe.sharding_filter()
     pipe = samples_pipe(pipe, spec)
-    if spec.tuple_fields:
-        pipe = pipe.map(ToTuple(*spec.tuple_fields))
+    stage = spec.stage()
+    if stage is not None:
+        pipe = ThreadMapper(pipe, stage, spec.decode_threads) if spec.decode_threads else (
+            pipe.map(stage))
+        if spec.on_error != "raise":
+            pipe = pipe.filter(is_kept)
     if spec.batch_size:
         pipe = pipe.batch(spec.batch_size)
         if spec.collate:
             pipe = pipe.collate()
     pipe.report = spec.report  # type: ignore[attr-defined]
+    pipe.timings = spec.times  # type: ignore[attr-defined]
     return pipe
 
 
 def samples_pipe(source: IterDataPipe, spec: PipelineSpec) -> IterDataPipe:
     """Returns ``source`` (shard names or tasks, already split) -> load -> parse -> shuffle
-    samples -> decode: the middle of every aisio pipeline."""
+    samples: the middle of every aisio pipeline (decoding and tuples follow, per sample)."""
     pipe: IterDataPipe = AISFileLoader(source, config=spec.config, etl=spec.etl,
                                        concurrency=spec.concurrency, on_error=spec.on_error,
                                        report=spec.report, cache=spec.cache)
     pipe = WebDatasetParser(pipe, on_error=spec.on_error, report=spec.report)
     if spec.shuffle_buffer:
         pipe = pipe.shuffle(buffer_size=spec.shuffle_buffer)
-    if spec.decoder is not None:
-        pipe = (ThreadMapper(pipe, spec.decoder, spec.decode_threads) if spec.decode_threads
-                else pipe.map(spec.decoder))
     return pipe
 
 
@@ -213,8 +255,8 @@ class ShardTasks(IterDataPipe):
 
 
 class Pack(IterDataPipe):
-    """Yields :class:`~aisio.core.epoch.Delivery` items: samples made tuples, batched and
-    collated as the spec says, each with the positions of its samples."""
+    """Yields :class:`~aisio.core.epoch.Delivery` items: ``(value, position)`` pairs batched
+    and collated as the spec says, each delivery with the positions of its samples."""
 
     def __init__(self, source: IterDataPipe, spec: PipelineSpec) -> None:
         self.source = source
@@ -223,7 +265,6 @@ class Pack(IterDataPipe):
     def __iter__(self) -> Iterator[Delivery]:
         spec = self.spec
         return pack(self.source, batch_size=spec.batch_size,
-                    finish=ToTuple(*spec.tuple_fields) if spec.tuple_fields else None,
                     collate=default_collate if spec.batch_size and spec.collate else None)
 
 
@@ -234,4 +275,8 @@ def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int
     that a loader unpacks in the training process (see :mod:`aisio.core.loop`); the loader
     sets the source's epoch and resume state before each epoch."""
     tasks = ShardTasks(shards, seed=seed, shuffle=spec.shuffle_shards)
-    return Pack(samples_pipe(tasks.sharding_filter(), spec), spec), tasks
+    stage = Positioned(spec.stage())
+    samples = samples_pipe(tasks.sharding_filter(), spec)
+    samples = ThreadMapper(samples, stage, spec.decode_threads) if spec.decode_threads else (
+        samples.map(stage))
+    return Pack(samples, spec), tasks

@@ -14,12 +14,19 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any
 
-from aisio.core.epoch import ShardTask, epoch_seed, epoch_tasks, pack_batch, shuffle_buffer
+from aisio.core.epoch import (
+    Positioned,
+    ShardTask,
+    epoch_seed,
+    epoch_tasks,
+    pack_batch,
+    shuffle_buffer,
+)
 from aisio.core.errors import LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
 from aisio.core.parse import parse_streams
 from aisio.core.spec import PipelineSpec
-from aisio.datapipes.pipeline import ToTuple, shard_names
+from aisio.datapipes.pipeline import shard_names
 from aisio.loaders.dist import drop_sync, rank_and_world, shared_seed
 
 try:
@@ -77,9 +84,9 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
         return {"yielded": self._yielded}
 
 
-def _deliver(finish: Any, collate: Any, batch: Any) -> Any:
-    return pack_batch(batch if isinstance(batch, list) else [batch], finish=finish,
-                      collate=collate)
+def _deliver(collate: Any, batch: Any) -> Any:
+    """Packs a batch (or one) of ``(value, position)`` pairs into a delivery."""
+    return pack_batch(batch if isinstance(batch, list) else [batch], collate=collate)
 
 
 def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "thread",
@@ -106,7 +113,6 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
     refs = shard_names(shards, spec.config)
     run_seed = shared_seed(seed)
     rank, world = rank_and_world()
-    finish = ToTuple(*spec.tuple_fields) if spec.tuple_fields else None
     if spec.batch_size and spec.collate:
         from torch.utils.data import default_collate
 
@@ -121,12 +127,12 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
         tasks = epoch_tasks(refs, run_seed, epoch, shuffle=spec.shuffle_shards,
                             resume=progress)[rank::world]
         node: Any = ShardSamples(tasks, spec, seed=epoch_seed(run_seed, epoch) + rank)
-        if spec.decoder is not None:
-            node = (ParallelMapper(node, spec.decoder, num_workers=num_workers, method=method)
-                    if num_workers else Mapper(node, spec.decoder))
+        stage = Positioned(spec.stage())  # decode and tuple, keeping each sample's position
+        node = (ParallelMapper(node, stage, num_workers=num_workers, method=method)
+                if num_workers else Mapper(node, stage))
         if spec.batch_size:
             node = Batcher(node, spec.batch_size, drop_last=False)
-        node = Mapper(node, partial(_deliver, finish, collate if spec.batch_size else None))
+        node = Mapper(node, partial(_deliver, collate if spec.batch_size else None))
         current[:] = [Prefetcher(node, prefetch_factor)]
         return Loader(current[0])
 
@@ -136,7 +142,7 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
 
     current: list[Any] = []
     return ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch, close=close,
-                           report=spec.report, sync=drop_sync(uneven))
+                           report=spec.report, timings=spec.times, sync=drop_sync(uneven))
 
 
 def _stop_threads(root: Any) -> None:

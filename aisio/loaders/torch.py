@@ -52,7 +52,7 @@ def _loader(loader_class: type, shards: Any, *, num_workers: int, seed: int | No
         current.clear()  # worker processes end with the DataLoader's iterator
 
     return ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch, close=close,
-                           report=spec.report, sync=sync)
+                           report=spec.report, timings=spec.times, sync=sync)
 
 
 def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None = None,

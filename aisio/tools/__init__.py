@@ -5,14 +5,27 @@
 HTML table in Jupyter and as text elsewhere. The command line lives in :mod:`aisio.tools.cli`.
 """
 
-from aisio.tools.explore import BucketSummary, Listing, list_buckets, ls, stat, summarize
-from aisio.tools.preview import Samples, SampleView, head, image_grid, show_samples
+from typing import Any
+
+from aisio._lazy import lazy_attribute
+
+# Imported on first use: the command line (aisio.tools.cli) must not pay for the previews'
+# imports (torch, through the DataPipes) when it only lists a bucket.
+_LAZY = {
+    **dict.fromkeys(("BucketSummary", "Listing", "list_buckets", "ls", "stat", "summarize"),
+                    "aisio.tools.explore"),
+    **dict.fromkeys(("SampleView", "Samples", "head", "image_grid", "show_samples"),
+                    "aisio.tools.preview"),
+    **dict.fromkeys(("Bottleneck", "bottleneck"), "aisio.tools.speed"),
+}
 
 __all__ = [
+    "Bottleneck",
     "BucketSummary",
     "Listing",
     "SampleView",
     "Samples",
+    "bottleneck",
     "head",
     "image_grid",
     "list_buckets",
@@ -21,3 +34,11 @@ __all__ = [
     "stat",
     "summarize",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    return lazy_attribute(__name__, name, _LAZY)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -219,6 +220,56 @@ def _playground(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- diagnosis ------------------------------------------------------------------------------
+def _endpoint_of(argv: Sequence[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == "--endpoint" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--endpoint="):
+            return arg.split("=", 1)[1]
+    return AISConfig.from_env().endpoint
+
+
+def _endpoint_problem(argv: Sequence[str], exc: AISIOError) -> str | None:
+    """Returns a sentence naming what is wrong with the endpoint itself, when ``exc`` comes
+    from talking to something that is not an AIStore proxy (None: the endpoint is fine)."""
+    from urllib.parse import urlsplit
+
+    import requests
+
+    if exc.status is None and "TLS" not in str(exc) and "SSL" not in str(exc):
+        return None
+    try:
+        endpoint = _endpoint_of(argv)
+    except AISIOError:  # a malformed endpoint: the original error says so
+        return None
+    if not endpoint:
+        return None
+    parts = urlsplit(endpoint)
+    where = f"--endpoint {endpoint}" if "--endpoint" in " ".join(argv) else (
+        f"AIS_ENDPOINT={endpoint}")
+    if parts.scheme == "https" and exc.status is None:
+        try:
+            requests.get(f"http://{parts.netloc}/v1/health", timeout=3, allow_redirects=False)
+        except requests.RequestException:
+            return None
+        return (f"the server at {parts.netloc} speaks plain HTTP, not HTTPS; use "
+                f"http://{parts.netloc} ({where})")
+    try:
+        with warnings.catch_warnings():  # verify=False: only asking whether it is an AIStore
+            warnings.simplefilter("ignore")
+            answer = requests.get(f"{endpoint.rstrip('/')}/v1/health", timeout=3,
+                                  allow_redirects=False, verify=False)
+    except requests.RequestException:
+        return None
+    if answer.ok:
+        return None  # an AIStore (or something that answers like one): exc says it all
+    kind = answer.headers.get("Content-Type", "").split(";")[0] or "no content type"
+    return (f"{endpoint} is not an AIStore endpoint: GET /v1/health answered HTTP "
+            f"{answer.status_code} ({kind}); check {where} (`aisio playground status` shows "
+            "a local cluster's endpoint)")
+
+
 # ---- parser -----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="aisio", description="AIStore for PyTorch: explore buckets and shards.")
@@ -299,7 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(args_list)
         return int(args.func(args))
     except (AISIOError, _Fail) as exc:
-        print(f"aisio: error: {exc}", file=sys.stderr)
+        diagnosis = _endpoint_problem(args_list, exc) if isinstance(exc, AISIOError) else None
+        # One line, whatever the server put in its answer (an HTML page, say).
+        print(f"aisio: error: {' '.join(str(diagnosis or exc).split())}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         # The reader went away (`aisio cat ... | head`): not an error; silence the final flush.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aisio.core.config import AISConfig, resolve_config
-from aisio.core.decode import IMAGE_EXTENSIONS, _extension
+from aisio.core.decode import IMAGE_EXTENSIONS, _extension, field_names
 from aisio.core.errors import ConfigError, DecodeError
 from aisio.core.sources import one_object
 from aisio.core.urls import ETL
@@ -172,7 +172,7 @@ def _pixels(view: SampleView, field: str) -> tuple[Any, str | None]:
 
 
 def image_grid(samples: Sequence[SampleView] | Iterable[dict[str, Any]], *,
-               image_fields: Sequence[str] | None = None, label_field: str | None = None,
+               image_fields: str | Sequence[str] | None = None, label_field: str | None = None,
                cols: int | None = None, cell: float = 2.0) -> Figure:
     """Returns a matplotlib Figure: one row of cells per sample and image field, titled by label.
 
@@ -191,6 +191,8 @@ def image_grid(samples: Sequence[SampleView] | Iterable[dict[str, Any]], *,
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise ConfigError("image grids need matplotlib: pip install matplotlib") from exc
+    if image_fields is not None:
+        image_fields = field_names(image_fields, what="image_fields")
     views = [s if isinstance(s, SampleView) else SampleView.of(s) for s in samples]
     cells = [(v, f) for v in views
              for f in (image_fields if image_fields is not None else v.image_fields())
@@ -204,17 +206,33 @@ def image_grid(samples: Sequence[SampleView] | Iterable[dict[str, Any]], *,
     for ax, (view, field) in zip(axes.flat, cells, strict=False):
         array, cmap = _pixels(view, field)
         ax.imshow(array, cmap=cmap, interpolation="nearest")
-        name = view.label_field(label_field)
-        label = f" · {name}={view.label(name)}" if name is not None else ""
-        title = view.key if len(view.key) <= 20 else "…" + view.key[-19:]
-        ax.set_title(f"{title}\n{field}{label}", fontsize=8)
+        ax.set_title(_cell_title(view, field, label_field, cell), fontsize=8)
     if not cells:
         axes[0][0].text(0.5, 0.5, "no image fields", ha="center", va="center")
     return fig
 
 
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _cell_title(view: SampleView, field: str, label_field: str | None, cell: float) -> str:
+    """Returns a grid cell's title, each line cut to the cell's width (JSON labels are long)."""
+    width = max(8, int(cell * 72 / (8 * 0.62)))  # characters of an 8-point font per cell
+    key = view.key if len(view.key) <= width else "…" + view.key[-(width - 1):]
+    lines = [key, field]
+    name = view.label_field(label_field)
+    if name is not None:
+        label = f"{name}={view.label(name)}"
+        if len(field) + 3 + len(label) <= width:
+            lines[1] = f"{field} · {label}"
+        else:
+            lines.append(label)
+    return "\n".join(_fit(line, width) for line in lines)
+
+
 def show_samples(shard: str, n: int = 16, *, endpoint: str | None = None,
-                 config: AISConfig | None = None, image_fields: Sequence[str] | None = None,
+                 config: AISConfig | None = None, image_fields: str | Sequence[str] | None = None,
                  label_field: str | None = None, cols: int | None = None) -> Figure:
     """Returns a matplotlib Figure of the first ``n`` samples' images with their labels.
 

@@ -150,7 +150,7 @@ def test_preview_writes_a_png_grid(cli: Run, bucket: Bucket, filled: dict[str, b
                      "--field", "seg.png", "--cols", "3", "--dpi", "50")
     assert code == 0
     code, _, err = cli("preview", bucket.uri("notes/a.txt"), "-o", str(tmp_path / "x.png"))
-    assert code == 1 and err.count("\n") == 1 and "is truncated" in err
+    assert code == 1 and err.count("\n") == 1 and "is not a tar file" in err
     assert not (tmp_path / "x.png").exists()
 
 

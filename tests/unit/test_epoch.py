@@ -27,6 +27,7 @@ from aisio.core.epoch import (
     POSITION,
     Delivery,
     EpochProgress,
+    Positioned,
     ShardTask,
     check_state,
     epoch_tasks,
@@ -39,6 +40,7 @@ from aisio.core.epoch import (
 )
 from aisio.core.errors import StateMismatchError
 from aisio.core.sources import ObjectRef
+from aisio.core.stages import SKIPPED
 from aisio.core.urls import parse_ais_url
 
 Position = tuple[int, int, int, bool]
@@ -118,9 +120,9 @@ def run(sizes: Sequence[int], tasks: list[ShardTask], topo: Topology,
         total = sum(map(len, streams))
         limit = round(topo.cuts[rank] * total)
         items = shuffle_buffer(interleave(streams, rng), topo.buffer, rng)
-        samples = [{"x": pos[1], POSITION: pos} for pos in items]
+        pairs = [Positioned()({"x": pos[1], POSITION: pos}) for pos in items]
         count = 0
-        for delivery in pack(samples, batch_size=topo.batch):
+        for delivery in pack(pairs, batch_size=topo.batch):
             if count + len(delivery.positions) > limit:
                 break
             progress.record(delivery.positions)
@@ -394,32 +396,34 @@ positions = st.lists(st.tuples(st.integers(0, 99), st.integers(0, 99), st.intege
 
 
 @SETTINGS
-@given(positions, st.integers(0, 7), st.booleans())
+@given(positions, st.integers(0, 7), st.lists(st.booleans(), max_size=40))
 def test_pack_keeps_positions_aligned_with_values(pos: list[Position], batch_size: int,
-                                                  finish: bool) -> None:
-    samples = [{"value": p, POSITION: p} for p in pos]
-    deliveries = list(pack(samples, batch_size=batch_size,
-                           finish=(lambda s: s["value"]) if finish else None,
-                           collate=tuple if batch_size else None))
+                                                  skipped: list[bool]) -> None:
+    stage = Positioned(lambda s: SKIPPED if s["skip"] else s["value"])
+    flags = [bool(skipped[i]) if i < len(skipped) else False for i in range(len(pos))]
+    pairs = [stage({"value": p, "skip": f, POSITION: p}) for p, f in zip(pos, flags,
+                                                                            strict=True)]
+    deliveries = list(pack(pairs, batch_size=batch_size, collate=tuple if batch_size else None))
     assert all(isinstance(d, Delivery) for d in deliveries)
-    assert [p for d in deliveries for p in d.positions] == pos
+    assert [p for d in deliveries for p in d.positions] == pos  # skipped ones included
+    kept = [p for p, f in zip(pos, flags, strict=True) if not f]
+    values = [v for d in deliveries if not d.empty
+              for v in (list(d.value) if batch_size else [d.value])]
+    assert values == kept  # every kept value once, in order, with its position delivered
     for d in deliveries:
-        values = list(d.value) if batch_size else [d.value]
-        got = [v if finish else v["value"] for v in values]
-        assert got == d.positions
-        if not finish:
-            assert all(POSITION not in v for v in values)
+        got = [] if d.empty else (list(d.value) if batch_size else [d.value])
+        assert set(got) <= set(d.positions)
     if batch_size:
-        assert [len(d.positions) for d in deliveries][:-1] == [batch_size] * (len(deliveries) - 1)
-    else:
-        assert len(deliveries) == len(pos)
+        full = [d for d in deliveries if not d.empty]
+        assert all(len(d.value) == batch_size for d in full[:-1])
 
 
 @SETTINGS
 @given(positions)
 def test_pack_batch_keeps_positions_aligned_with_values(pos: list[Position]) -> None:
-    delivery = pack_batch([{"value": p, POSITION: p} for p in pos], finish=lambda s: s["value"])
-    assert delivery.value == delivery.positions == pos
+    delivery = pack_batch([(p, p) for p in pos])
+    assert delivery.positions == pos
+    assert delivery.empty == (not pos) or delivery.value == pos
 
 
 @SETTINGS

@@ -1,0 +1,114 @@
+"""Per-sample stages under an error policy: decode and pick fields, skipping only the bad sample.
+
+One corrupt JPEG should not end an epoch. :class:`SampleStage` decodes a sample and/or turns it
+into a tuple; with ``on_error="skip"`` or ``"warn"`` a sample whose field does not decode, or
+lacks a field, is replaced by :data:`SKIPPED` (drop those with :func:`is_kept`) and recorded in
+an :class:`~aisio.core.report.ErrorReport` with its shard, key and field: webdataset's
+``handler=warn_and_continue``, per sample. Errors that are not the sample's fault (a refused
+pickle, a missing optional package) are raised whatever the policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from aisio.core import timing
+from aisio.core.decode import Decoder, SampleError, field_names, to_tuple
+from aisio.core.report import ErrorReport
+from aisio.core.timing import StageTimes
+
+log = logging.getLogger("aisio")
+
+OnError = Literal["raise", "warn", "skip"]
+
+
+class _Skipped:
+    """The marker a stage returns for a skipped sample (one per process; compare with ``is``)."""
+
+    def __repr__(self) -> str:
+        return "SKIPPED"
+
+    def __reduce__(self) -> str:
+        return "SKIPPED"
+
+
+SKIPPED = _Skipped()
+"""What :class:`SampleStage` returns in place of a skipped sample."""
+
+
+def is_kept(item: Any) -> bool:
+    """Returns whether ``item`` is not :data:`SKIPPED` (a picklable filter function)."""
+    return item is not SKIPPED
+
+
+class SampleStage:
+    """Decodes a sample and/or picks its fields as a tuple, under an error policy; picklable.
+
+    Args:
+        decoder: a :class:`Decoder` (or None: leave fields as they are).
+        fields: fields for :func:`to_tuple` (``"jpg;png cls"`` or ``("jpg;png", "cls")``), or
+            None to yield dicts.
+        on_error: ``"raise"`` the :class:`~aisio.core.decode.SampleError`; ``"warn"`` or
+            ``"skip"`` to return :data:`SKIPPED` and record the sample in ``report``
+            (``"warn"`` also warns).
+        report: where skipped samples are recorded (default: a new in-memory report).
+        times: a :class:`~aisio.core.timing.StageTimes` that the processes running this stage
+            report their stage totals to.
+
+    Example:
+        >>> stage = SampleStage(Decoder(), "cls", on_error="skip")
+        >>> stage({"__key__": "a", "__url__": "ais://b/s.tar", "cls": b"7"})
+        (7,)
+        >>> stage({"__key__": "b", "__url__": "ais://b/s.tar", "cls": b"x"})
+        SKIPPED
+        >>> [r["member"] for r in stage.report.records()]
+        ['b.cls']
+    """
+
+    def __init__(self, decoder: Decoder | None = None, fields: Any = None, *,
+                 on_error: OnError = "raise", report: ErrorReport | None = None,
+                 times: StageTimes | None = None) -> None:
+        if on_error not in ("raise", "warn", "skip"):
+            raise ValueError(f"on_error={on_error!r} must be 'raise', 'warn' or 'skip'")
+        self.decoder = decoder
+        self.fields = None if fields is None else field_names(fields, what="tuple_fields")
+        self.on_error = on_error
+        self.report = report if report is not None else ErrorReport()
+        self.times = times
+
+    def __repr__(self) -> str:
+        return (f"SampleStage(decoder={self.decoder!r}, fields={self.fields!r}, "
+                f"on_error={self.on_error!r})")
+
+    def __call__(self, sample: Mapping[str, Any]) -> Any:
+        start = time.perf_counter()
+        try:
+            out: Any = sample
+            if self.decoder is not None:
+                out = self.decoder(out)
+            if self.fields is not None:
+                out = to_tuple(out, *self.fields)
+            return out
+        except SampleError as exc:
+            if self.on_error == "raise":
+                raise
+            self._skip(exc, sample)
+            return SKIPPED
+        finally:
+            timing.add("decode", time.perf_counter() - start)
+            timing.flush()
+
+    def _skip(self, error: SampleError, sample: Mapping[str, Any]) -> None:
+        shard = sample.get("__url__")
+        self.report.record(error, shard=shard)
+        message = f"aisio skipped sample {sample.get('__key__')!r} of {shard}: {error}"
+        if self.on_error == "warn":
+            warnings.warn(message, stacklevel=3)
+        log.info("%s", message)
+
+
+__all__ = ["SKIPPED", "OnError", "SampleStage", "is_kept"]

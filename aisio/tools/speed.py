@@ -1,0 +1,96 @@
+"""Is my loader the bottleneck? The streaming-benchmark method, on your own training step.
+
+Three timings, per batch: the loader alone, your step on batches as they stream in, and the same
+step repeated on one batch held in memory. When the streamed step costs about what the cached
+step does, the step bounds the run (a faster loader buys nothing); when it costs clearly more,
+the loader does, by the difference.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+_SLACK = 1.10
+"""Streamed steps within 10% of cached ones count as bound by the step."""
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """Seconds per batch: loader alone, step on streamed batches, step on one cached batch."""
+
+    loader: float
+    streamed: float
+    cached: float
+    batches: int
+
+    @property
+    def bound_by(self) -> str:
+        """``"loader"`` or ``"step"``: what limits the run."""
+        return "loader" if self.streamed > self.cached * _SLACK else "step"
+
+    def verdict(self) -> str:
+        """Returns one line saying what bounds the run and by how much."""
+        ms = 1e3
+        if self.bound_by == "loader":
+            return (f"the loader bounds the run: a streamed step takes {self.streamed * ms:.1f} ms,"
+                    f" the same step on a cached batch {self.cached * ms:.1f} ms; each step waits "
+                    f"~{(self.streamed - self.cached) * ms:.1f} ms for data (loader alone "
+                    f"{self.loader * ms:.1f} ms/batch): add workers, cache or batch_get")
+        return (f"the training step bounds the run: a streamed step takes "
+                f"{self.streamed * ms:.1f} ms, on a cached batch {self.cached * ms:.1f} ms "
+                f"(loader alone {self.loader * ms:.1f} ms/batch): a faster loader would not help")
+
+    def __repr__(self) -> str:
+        return f"Bottleneck({self.verdict()}; {self.batches} batches)"
+
+
+def _per_batch(batches: Iterable[Any], n: int, skip: int, fn: Callable[[Any], Any] | None
+               ) -> float:
+    iterator = iter(batches)
+    for batch in itertools.islice(iterator, skip):
+        if fn is not None:
+            fn(batch)
+    done = 0
+    start = time.perf_counter()
+    for batch in itertools.islice(iterator, n):
+        if fn is not None:
+            fn(batch)
+        done += 1
+    if not done:
+        raise ValueError("the loader yielded no batches after the warm-up; lower warmup= or "
+                         "give it more data")
+    return (time.perf_counter() - start) / done
+
+
+def bottleneck(loader: Iterable[Any], step: Callable[[Any], Any], batches: int = 50, *,
+               warmup: int = 3) -> Bottleneck:
+    """Times ``step`` on streamed batches against the same step on one cached batch.
+
+    Args:
+        loader: anything iterable over batches (a DataLoader2, a DataLoader, a DataPipe); it is
+            iterated twice (it must start over each time, as loaders do per epoch).
+        step: your training step, called with one batch (synchronise the GPU inside it, e.g.
+            ``torch.cuda.synchronize()``, or the timing only sees the launch).
+        batches: batches timed in each of the three runs.
+        warmup: batches run first and not timed (worker start-up, first-batch latency).
+
+    Example:
+        >>> import time
+        >>> result = bottleneck([[1]] * 12, lambda batch: time.sleep(0.001), batches=8)
+        >>> result.bound_by
+        'step'
+    """
+    if batches < 1:
+        raise ValueError(f"batches={batches} must be at least 1")
+    loader_alone = _per_batch(loader, batches, warmup, None)
+    streamed = _per_batch(loader, batches, warmup, step)
+    held = next(iter(loader))
+    cached = _per_batch(itertools.repeat(held), batches, warmup, step)
+    return Bottleneck(loader_alone, streamed, cached, batches)
+
+
+__all__ = ["Bottleneck", "bottleneck"]

@@ -1,0 +1,71 @@
+"""`aisio --help` and the light commands do not import torch; DataPipes still find aisio's
+functional forms after a bare `import aisio`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def imported_modules(*args: str) -> set[str]:
+    """Returns the modules a `python -X importtime ARGS` run imported."""
+    done = subprocess.run([sys.executable, "-X", "importtime", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    return {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+            if line.startswith("import time:")}
+
+
+@pytest.mark.parametrize("argv", [
+    ["--help"],
+    ["ls", "--help"],
+    ["playground", "status", "--dir", "/nonexistent/aisio-playground"],
+    ["stat", "ais://b/o", "--endpoint", "http://127.0.0.1:9"],
+    ["cat", "ais://b/o", "--endpoint", "http://127.0.0.1:9"],
+    ["ls", "ais://b", "--endpoint", "http://127.0.0.1:9"],
+])
+def test_cli_does_not_import_torch(argv: list[str]) -> None:
+    modules = imported_modules("-m", "aisio", *argv)
+    assert "aisio.tools.cli" in modules
+    assert not {m for m in modules if m == "torch" or m.startswith(("torch.", "torchdata"))}
+    # The console script's path: `from aisio.tools.cli import main`.
+    modules = imported_modules("-c", "from aisio.tools.cli import main; main(['--help'])")
+    assert "torch" not in modules
+
+
+def test_functional_forms_after_a_bare_import_aisio() -> None:
+    code = """
+import sys, warnings
+warnings.simplefilter("ignore")
+import aisio
+assert "torch" not in sys.modules
+from torch.utils.data.datapipes.iter import IterableWrapper
+print(list(IterableWrapper(["ais://b/s-{0..1}.tar"]).ais_list_files()))
+from aisio import AISFileLoader
+assert IterableWrapper([]).ais_load_files is not None and AISFileLoader is aisio.AISFileLoader
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "ais://b/s-1.tar" in done.stdout
+
+
+def test_torch_first_then_aisio() -> None:
+    code = ("import warnings; warnings.simplefilter('ignore'); import torch, aisio; "
+            "from torch.utils.data.datapipes.iter import IterableWrapper; "
+            "print(IterableWrapper(['ais://b/x']).ais_list_sources(url='http://h:1').__class__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and "AISSourceLister" in done.stdout, done.stderr
+
+
+def test_all_is_complete_and_resolvable() -> None:
+    import aisio
+
+    for name in aisio.__all__:
+        assert getattr(aisio, name) is not None
+    assert set(aisio.__all__) <= set(dir(aisio))
