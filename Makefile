@@ -4,13 +4,16 @@
 #                 with torchdata 0.9 (.venv) and then torchdata 0.11 (.venv-td011)
 PY := .venv/bin/python
 PY_TD011 := .venv-td011/bin/python
+# make demo LOADER=dataloader|stateful|nodes runs the demo on another loader (nodes: torchdata 0.11)
+LOADER ?= dataloader2
+DEMO_PY := $(if $(filter nodes,$(LOADER)),$(PY_TD011),$(PY))
 
 .PHONY: demo test lint setup test-td09 test-td011
 setup:
 	@scripts/bootstrap.sh
 
 demo: setup
-	$(PY) examples/train_digits.py
+	$(DEMO_PY) examples/train_digits.py --loader $(LOADER)
 
 lint: setup
 	$(PY) -m ruff check aisio tests examples benchmarks

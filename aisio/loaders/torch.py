@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.utils.data.graph_settings
 from torch.utils.data import DataLoader
 
 from aisio.core.epoch import epoch_seed
@@ -19,12 +20,25 @@ from aisio.core.errors import LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
 from aisio.core.spec import PipelineSpec
 from aisio.datapipes.pipeline import epoch_pipe, shard_names
-from aisio.loaders.dist import drop_sync, shared_seed
+from aisio.loaders.dist import drop_sync, rank_and_world, shared_seed
 
 
 def _as_is(item: Any) -> Any:
     """DataLoader's collate for items that are already batches (picklable, unlike a lambda)."""
     return item
+
+
+def _seed_worker(worker_id: int) -> None:
+    """Gives each worker of each rank its own sample shuffle. DataLoader seeds the DataPipe
+    graph once, before it is copied to the workers, so all would shuffle alike; the worker's
+    own seed (the loader's per-epoch seed plus its id) and the rank make each distinct and
+    reproducible."""
+    info = torch.utils.data.get_worker_info()
+    assert info is not None
+    rank, _ = rank_and_world()
+    generator = torch.Generator()
+    generator.manual_seed((info.seed + 1_000_003 * rank) % (1 << 63))
+    torch.utils.data.graph_settings.apply_random_seed(info.dataset, generator)  # type: ignore[arg-type]
 
 
 def _loader(loader_class: type, shards: Any, *, num_workers: int, seed: int | None,
@@ -42,7 +56,8 @@ def _loader(loader_class: type, shards: Any, *, num_workers: int, seed: int | No
         generator.manual_seed(epoch_seed(run_seed, epoch))  # seeds the sample shuffle
         options: dict[str, Any] = {}
         if num_workers:
-            options = {"prefetch_factor": prefetch_factor or 2, "persistent_workers": False}
+            options = {"prefetch_factor": prefetch_factor or 2, "persistent_workers": False,
+                       "worker_init_fn": _seed_worker}
         loader = loader_class(pipe, batch_size=None, num_workers=num_workers,
                               collate_fn=_as_is, generator=generator, **options)
         current[:] = [loader]

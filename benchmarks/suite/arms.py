@@ -23,8 +23,8 @@ from typing import Any, NamedTuple
 
 import requests
 
+import aisio
 from aisio.core.urls import AISPath, Bucket, object_url
-from aisio.datapipes.dataloader2 import make_loader
 from aisio.datapipes.pipeline import webdataset_pipe
 from aisio.datapipes.pipes import AISFileLister, AISFileLoader, AISSourceLister, WebDatasetParser
 
@@ -294,7 +294,34 @@ def aisio_dl2(job: Job) -> Pass:
     else:
         pipe = webdataset_pipe(job.ais_names(), url=job.endpoint, shuffle_shards=False,
                                batch_size=int(job.options.get("batch", 64)), collate=False)
+    from aisio.datapipes.dataloader2 import make_loader
+
     loader = make_loader(pipe, num_workers=workers, seed=0)
+    return _LoaderPass(loader, _decoded_count if job.kind == "decode" else len, job.nbytes)
+
+
+_ENTRY_POINTS = {
+    "dataloader2": "webdataset_loader",
+    "dataloader": "webdataset_dataloader",
+    "stateful": "webdataset_stateful_loader",
+    "nodes": "webdataset_node_loader",
+}
+
+
+def aisio_loader(job: Job) -> Pass:
+    """aisio's one-call, resumable entry point for one loader (``loader`` option), with
+    ``workers`` workers: the same pipeline and options on every loader. Each pass is one epoch:
+    resumable loaders start their workers anew every epoch, and that time is counted."""
+    make = getattr(aisio, _ENTRY_POINTS[job.options["loader"]])
+    workers = int(job.options.get("workers", 2))
+    if job.kind == "decode":
+        loader = make(job.ais_names(), url=job.endpoint, shuffle_shards=False,
+                      num_workers=workers, decode=job.options.get("decode", "torchrgb8"),
+                      tuple_fields=("jpg", "cls"), batch_size=32, seed=0)
+    else:
+        loader = make(job.ais_names(), url=job.endpoint, shuffle_shards=False,
+                      num_workers=workers, batch_size=int(job.options.get("batch", 64)),
+                      collate=False, seed=0)
     return _LoaderPass(loader, _decoded_count if job.kind == "decode" else len, job.nbytes)
 
 
@@ -327,6 +354,21 @@ _CURL = Arm("curl -L -o /dev/null", curl, "one curl process, keep-alive")
 _REQUESTS = Arm("requests, 1 MiB reads", requests_raw, "the limit")
 _WDS = Arm("webdataset", webdataset_arm, "reads http URLs through a curl pipe + tarfile")
 
+def _available(loader: str) -> bool:
+    """Whether this environment's torchdata has the loader (DataLoader2 < 0.10 <= nodes)."""
+    import importlib.util
+
+    needs = {"dataloader2": "torchdata.dataloader2", "nodes": "torchdata.nodes"}.get(loader)
+    return needs is None or importlib.util.find_spec(needs) is not None
+
+
+def _loader_arms(note: str, options: dict[str, Any]) -> dict[str, Arm]:
+    """One arm per loader this environment has, 2 workers each, on the same options."""
+    return {f"loader-{name}": Arm(f"aisio {name} (resumable), {{workers}} workers", aisio_loader,
+                                  note, {**options, "loader": name, "workers": 2})
+            for name in _ENTRY_POINTS if _available(name)}
+
+
 ARMS: dict[str, dict[str, Arm]] = {
     "shards": {
         "curl": _CURL,
@@ -335,8 +377,10 @@ ARMS: dict[str, dict[str, Arm]] = {
         "sdk-tarfile": Arm("SDK reader + tarfile r|", sdk_tarfile, "the 'tarfile arm'"),
         "webdataset": _WDS,
         "aisio": Arm("aisio lister -> loader -> parser", aisio_single, "one process"),
-        "aisio-dl2": Arm("aisio DataLoader2, {workers} workers", aisio_dl2,
-                         "batches of {batch} in the workers", {"workers": 2, "batch": 64}),
+        **({"aisio-dl2": Arm("aisio DataLoader2, {workers} workers", aisio_dl2,
+                             "batches of {batch} in the workers", {"workers": 2, "batch": 64})}
+           if _available("dataloader2") else {}),
+        **_loader_arms("batches of {batch} in the workers", {"batch": 64}),
     },
     "objects": {
         "curl": _CURL,
@@ -355,12 +399,15 @@ ARMS: dict[str, dict[str, Arm]] = {
         "requests": _REQUESTS,
         "webdataset": Arm("webdataset .decode('{decode}')", webdataset_arm,
                           "one process, batches of 32", {"decode": "torchrgb8"}),
-        **{f"aisio-dl2-w{n}": Arm(f"aisio DataLoader2, {n} worker{'s' if n != 1 else ''}",
-                                  aisio_dl2, "{decode}, batches of 32 collated",
-                                  {"workers": n, "decode": "torchrgb8"}) for n in (0, 1, 2)},
-        "aisio-dl2-w0-t2": Arm("aisio DataLoader2, 0 workers, 2 decode threads", aisio_dl2,
-                               "{decode}, batches of 32 collated, decode_threads=2",
-                               {"workers": 0, "threads": 2, "decode": "torchrgb8"}),
+        **({f"aisio-dl2-w{n}": Arm(f"aisio DataLoader2, {n} worker{'s' if n != 1 else ''}",
+                                   aisio_dl2, "{decode}, batches of 32 collated",
+                                   {"workers": n, "decode": "torchrgb8"}) for n in (0, 1, 2)}
+           if _available("dataloader2") else {}),
+        **({"aisio-dl2-w0-t2": Arm("aisio DataLoader2, 0 workers, 2 decode threads", aisio_dl2,
+                                   "{decode}, batches of 32 collated, decode_threads=2",
+                                   {"workers": 0, "threads": 2, "decode": "torchrgb8"})}
+           if _available("dataloader2") else {}),
+        **_loader_arms("{decode}, batches of 32 collated", {"decode": "torchrgb8"}),
     },
 }
 """Arms by workload kind, in table order; the first arm named ``requests`` is the limit."""

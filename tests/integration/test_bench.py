@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+# The suite runs in the torchdata 0.9 environment, where it has a DataLoader2 arm too.
+pytest.importorskip("torchdata.dataloader2", reason="the benchmark suite runs with torchdata 0.9")
+
 from benchmarks.suite.arms import ARMS
 from benchmarks.suite.main import main
 
