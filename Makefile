@@ -8,12 +8,15 @@ PY_TD011 := .venv-td011/bin/python
 LOADER ?= dataloader2
 DEMO_PY := $(if $(filter nodes,$(LOADER)),$(PY_TD011),$(PY))
 
-.PHONY: demo test lint setup test-td09 test-td011
+.PHONY: demo test lint setup test-td09 test-td011 notebook
 setup:
 	@scripts/bootstrap.sh
 
 demo: setup
 	$(DEMO_PY) examples/train_digits.py --loader $(LOADER)
+
+notebook: setup
+	.venv/bin/jupyter lab notebooks/explore.ipynb
 
 lint: setup
 	$(PY) -m ruff check aisio tests examples benchmarks
