@@ -26,6 +26,7 @@ from aisio.core.errors import AISConnectionError, AISIOError, ObjectChangedError
 from aisio.core.translate import (
     RETRY_STATUSES,
     TRANSIENT_EXCEPTIONS,
+    cluster_forming,
     error_from_exception,
     error_from_status,
 )
@@ -35,6 +36,10 @@ log = logging.getLogger("aisio")
 
 _REDIRECTS = (301, 302, 303, 307, 308)
 _MAX_HOPS = 5
+
+#: Seconds a request keeps retrying answers that say the cluster is (re)forming (a restarted
+#: proxy answers 400 ``ErrNoNodes`` for ~10 s until the targets rejoin), whatever max_retries is.
+FORMING_WAIT = 90.0
 
 
 class Client:
@@ -128,14 +133,18 @@ class Client:
             **kw: passed to ``requests`` (``json``, ``data``, ``headers``, ``stream``, ...).
         """
         retries = self.config.max_retries
-        for attempt in range(retries + 1):
+        attempt = 0  # failures counted against max_retries
+        forming = 0  # "cluster (re)forming" answers, counted against FORMING_WAIT instead
+        forming_since = 0.0
+        while True:
             try:
                 resp = self._send(method, url, **kw)
             except TRANSIENT_EXCEPTIONS as exc:
                 if attempt == retries:
                     raise error_from_exception(exc, url=name, what=what) from exc
-                log.debug("aisio: retry %d/%d %s %s: %r", attempt + 1, retries, method, name, exc)
-                time.sleep(self._delay(attempt))
+                attempt += 1
+                log.debug("aisio: retry %d/%d %s %s: %r", attempt, retries, method, name, exc)
+                time.sleep(self._delay(attempt - 1))
                 continue
             except AISIOError:
                 raise
@@ -145,14 +154,23 @@ class Client:
                 return resp
             body = resp.headers.get("Hdr-Error") or resp.content
             resp.close()
-            if resp.status_code in RETRY_STATUSES and attempt < retries:
-                log.debug("aisio: retry %d/%d %s %s: HTTP %d", attempt + 1, retries, method, name,
+            if cluster_forming(body):
+                now = time.monotonic()
+                forming_since = forming_since or now
+                if now - forming_since < FORMING_WAIT:
+                    forming += 1
+                    log.debug("aisio: retry %s %s: the cluster is (re)forming (HTTP %d, %.1f s)",
+                              method, name, resp.status_code, now - forming_since)
+                    time.sleep(max(0.05, min(self._delay(forming - 1), 1.0)))
+                    continue
+            elif resp.status_code in RETRY_STATUSES and attempt < retries:
+                attempt += 1
+                log.debug("aisio: retry %d/%d %s %s: HTTP %d", attempt, retries, method, name,
                           resp.status_code)
-                time.sleep(self._delay(attempt))
+                time.sleep(self._delay(attempt - 1))
                 continue
             raise error_from_status(resp.status_code, body, url=name, what=what,
                                     etl=etl.name if etl else None)
-        raise AssertionError("unreachable")  # pragma: no cover
 
     # ---- buckets ---------------------------------------------------------------------------
     def create_bucket(self, bucket: Bucket, *, exist_ok: bool = False) -> None:

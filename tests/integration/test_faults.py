@@ -1,0 +1,67 @@
+"""Faults that used to lose, splice, hang or leak: a restarted proxy, objects overwritten during a
+resume, and a node restart that must wait until the node serves."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import aisio
+from aisio.core.client import client_for
+from aisio.core.urls import Bucket
+from aisio.playground import Playground
+from tests.conftest import write_shards
+
+
+@pytest.fixture(scope="module")
+def own_playground(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Playground]:
+    """A playground of this module's own, since its tests kill and restart nodes."""
+    playground = Playground(tmp_path_factory.mktemp("pg-faults"))
+    playground.up()
+    try:
+        yield playground
+    finally:
+        playground.down(wipe=True, quiet=True)
+
+
+def test_proxy_restart_mid_epoch_with_default_retries(own_playground: Playground, tmp_path: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    assert own_playground.endpoint
+    config = aisio.AISConfig(endpoint=own_playground.endpoint)  # default retries
+    client = client_for(config)
+    bucket = Bucket("proxy-restart")
+    client.create_bucket(bucket, exist_ok=True)
+    template, keys = write_shards(client, bucket, tmp_path, shards=6, per_shard=150,
+                                  payload=2000)
+    killed = threading.Event()
+    reached = threading.Event()
+
+    def chaos() -> None:
+        reached.wait()
+        own_playground.kill_node("proxy0")
+        killed.set()
+        own_playground.restart("proxy0")  # answers 400 ErrNoNodes until the target rejoins
+
+    thread = threading.Thread(target=chaos)
+    thread.start()
+    got = []
+    started = time.monotonic()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="aisio"):
+            for sample in aisio.AISFileLoader(template, config=config).ais_parse_webdataset():
+                got.append(sample["__key__"])
+                if len(got) == 100:  # inside shard 0: the next shards open while it restarts
+                    reached.set()
+                    killed.wait(30)
+    finally:
+        reached.set()
+        thread.join()
+    assert Counter(got) == Counter(keys)
+    assert any("(re)forming" in r.getMessage() for r in caplog.records)
+    assert time.monotonic() - started < 120
