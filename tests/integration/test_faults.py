@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,3 +66,12 @@ def test_proxy_restart_mid_epoch_with_default_retries(own_playground: Playground
     assert Counter(got) == Counter(keys)
     assert any("(re)forming" in r.getMessage() for r in caplog.records)
     assert time.monotonic() - started < 120
+
+
+def test_restart_returns_when_the_node_serves(own_playground: Playground) -> None:
+    node = own_playground.kill_node("target0")
+    own_playground.restart("target0")
+    url = f"http://127.0.0.1:{node.port}/v1/health?prr=true"
+    with urllib.request.urlopen(url, timeout=5) as resp:  # the node itself, not the proxy
+        assert resp.status == 200
+    assert own_playground.ready()
