@@ -19,6 +19,7 @@ from typing import IO, Any
 from urllib.parse import urljoin
 
 import requests
+import xxhash
 from requests.adapters import HTTPAdapter
 
 from aisio.core.config import AISConfig
@@ -254,10 +255,17 @@ class ReadStream(io.RawIOBase):
 class ObjectReader(ReadStream):
     """A binary stream over one object that survives broken connections.
 
-    If the connection drops mid-body, the reader reopens the object with
-    ``Range: bytes=<position>-`` and carries on, so the bytes it returns are exactly the object's:
-    none lost, none repeated. If the object changed in between (version, checksum or size), it
-    raises :class:`ObjectChangedError` rather than splice two versions.
+    If the connection drops mid-body, the reader reopens the object and carries on, so the bytes
+    it returns are exactly the object's: none lost, none repeated, never two versions joined.
+
+    * When the answers identify the object's version (``Ais-Version`` or ``Ais-Checksum-Value``),
+      it reopens with ``Range: bytes=<position>-`` and raises :class:`ObjectChangedError` if the
+      version, checksum or size changed.
+    * When nothing identifies it (a bucket without versioning and checksums), a Range answer
+      could come from a newer object of the same size. The reader then reopens from byte 0,
+      reads again the bytes it already returned and compares them (xxhash) with what it returned:
+      if they match it goes on at the exact byte, else it raises :class:`ObjectChangedError`.
+      Costlier (each resume reads the prefix again), never a splice.
     """
 
     def __init__(self, client: Client, url: str, *, name: str, etl: ETL | None = None) -> None:
@@ -270,25 +278,62 @@ class ObjectReader(ReadStream):
         self.size: int | None = None
         self._identity: tuple[str | None, str | None, int | None] | None = None
         self._resp: requests.Response | None = None
+        self._given = xxhash.xxh3_64()  # of the bytes returned so far, for unidentified objects
         self.resumes = 0
         self._open()
 
+    @property
+    def identified(self) -> bool:
+        """True when the server names the object's version or checksum (Range resume is safe)."""
+        return self._identity is not None and any(self._identity[:2])
+
+    @property
+    def version(self) -> str | None:
+        """A string naming this object's version and content, or None when the server gives none.
+
+        Usable as a cache key: it changes whenever the object is overwritten.
+        """
+        if not self.identified:
+            return None
+        assert self._identity is not None
+        return "|".join(str(part) for part in self._identity)
+
+    def _changed(self, was: object, now: object) -> ObjectChangedError:
+        return ObjectChangedError(
+            f"object {self.name} changed while it was being read ({was} -> {now}) at byte "
+            f"{self.pos}; read it again from the start", url=self.name)
+
     def _open(self) -> None:
-        headers = {"Range": f"bytes={self.pos}-"} if self.pos else None
+        from_zero = bool(self.pos) and not self.identified
+        headers = {"Range": f"bytes={self.pos}-"} if self.pos and not from_zero else None
         resp = self.client.request("GET", self.url, name=self.name, what="reading", etl=self.etl,
                                    headers=headers, stream=True, ok=(200, 206))
         size = _total_size(resp)
         identity = (resp.headers.get("Ais-Version"), resp.headers.get("Ais-Checksum-Value"), size)
         if self._identity is None:
             self._identity, self.size = identity, size
-        elif identity != self._identity or (self.pos and resp.status_code != 206):
+        elif identity != self._identity or (headers and resp.status_code != 206):
             resp.close()
-            raise ObjectChangedError(
-                f"object {self.name} changed while it was being read (version, checksum, size "
-                f"{self._identity} -> {identity}); read it again from the start",
-                url=self.name,
-            )
+            raise self._changed(f"version, checksum, size {self._identity}",
+                                f"{identity}, HTTP {resp.status_code}")
         self._resp = resp
+        if from_zero:
+            self._skip_given()
+
+    def _skip_given(self) -> None:
+        """Reads the first ``pos`` bytes again; raises unless they are the bytes returned."""
+        assert self._resp is not None
+        again = xxhash.xxh3_64()
+        left = self.pos
+        while left:
+            chunk = self._resp.raw.read1(min(left, 1 << 20))
+            if not chunk:
+                raise ConnectionError(f"stream ended at byte {self.pos - left} of {self.size}")
+            again.update(chunk)
+            left -= len(chunk)
+        if again.digest() != self._given.digest():
+            self._drop()
+            raise self._changed(f"first {self.pos} bytes read before", "different bytes now")
 
     def read(self, size: int = -1) -> bytes:
         """Returns up to ``size`` bytes (everything left for -1); ``b""`` only at the end.
@@ -300,12 +345,12 @@ class ObjectReader(ReadStream):
             return b"".join(iter(lambda: self.read(1 << 20), b""))
         failures = 0
         while True:
-            if self._resp is None:
-                if self.closed:
-                    raise ValueError(f"read from closed stream of {self.name}")
-                self._open()
-            assert self._resp is not None
             try:
+                if self._resp is None:
+                    if self.closed:
+                        raise ValueError(f"read from closed stream of {self.name}")
+                    self._open()
+                assert self._resp is not None
                 chunk: bytes = self._resp.raw.read1(size)
                 if not chunk and size and self.size is not None and self.pos < self.size:
                     raise ConnectionError(f"stream ended at byte {self.pos} of {self.size}")
@@ -314,11 +359,14 @@ class ObjectReader(ReadStream):
                 self._drop()
                 if failures > self.client.config.max_retries:
                     raise error_from_exception(exc, url=self.name, what="reading") from exc
-                log.debug("aisio: resuming %s at byte %d after %r", self.name, self.pos, exc)
+                log.debug("aisio: resuming %s at byte %d%s after %r", self.name, self.pos,
+                          "" if self.identified else " (from byte 0: no version to check)", exc)
                 self.resumes += 1
                 time.sleep(self.client._delay(failures - 1))
                 continue
             self.pos += len(chunk)
+            if not self.identified:
+                self._given.update(chunk)
             return chunk
 
     def _drop(self) -> None:

@@ -4,6 +4,7 @@ resume, and a node restart that must wait until the node serves."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import urllib.request
@@ -14,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import aisio
-from aisio.core.client import client_for
-from aisio.core.urls import Bucket
+from aisio.core.client import Client, client_for
+from aisio.core.urls import AISPath, Bucket, bucket_url, object_url
 from aisio.playground import Playground
 from tests.conftest import write_shards
 
@@ -75,3 +76,49 @@ def test_restart_returns_when_the_node_serves(own_playground: Playground) -> Non
     with urllib.request.urlopen(url, timeout=5) as resp:  # the node itself, not the proxy
         assert resp.status == 200
     assert own_playground.ready()
+
+
+def _unversioned(client: Client, bucket: Bucket) -> None:
+    """Turns off versioning and checksums: then GET answers name no version at all."""
+    client.request("PATCH", bucket_url(client.endpoint, bucket), name=bucket.uri(),
+                   what="setting props", json={"action": "set-bprops", "value": {
+                       "versioning": {"enabled": False}, "checksum": {"type": "none"}}}).close()
+
+
+def _read_at_least(reader: object, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = reader.read(65536)  # type: ignore[attr-defined]
+        assert chunk
+        data += chunk
+    return data
+
+
+def test_overwrite_during_resume_without_versions_is_not_spliced(ais_client: Client,
+                                                                  bucket: Bucket) -> None:
+    _unversioned(ais_client, bucket)
+    path = AISPath(bucket, "same-size.bin")
+    ais_client.put_object(path, b"a" * 300_000)
+    reader = ais_client.open(object_url(ais_client.endpoint, path), name=path.uri())
+    first = _read_at_least(reader, 150_000)
+    ais_client.put_object(path, b"b" * 300_000)  # same size, new bytes
+    reader._drop()  # the connection breaks here
+    with pytest.raises(aisio.ObjectChangedError, match="changed"):
+        first += reader.read()
+    reader.close()
+    assert set(first) == {ord("a")}
+
+
+def test_resume_without_versions_is_byte_exact(ais_client: Client, bucket: Bucket) -> None:
+    _unversioned(ais_client, bucket)
+    path = AISPath(bucket, "stable.bin")
+    data = os.urandom(300_000)
+    ais_client.put_object(path, data)
+    reader = ais_client.open(object_url(ais_client.endpoint, path), name=path.uri())
+    got = _read_at_least(reader, 100_000)
+    reader._drop()
+    got += _read_at_least(reader, 200_000 - len(got))
+    reader._drop()
+    got += reader.read()
+    reader.close()
+    assert got == data
