@@ -143,3 +143,23 @@ __all__ = [
     "PlaygroundError",
     "ShardFormatError",
 ]
+
+
+class WorkerDiedError(AISIOError, RuntimeError):
+    """A DataLoader2 worker process ended without being asked to (e.g. killed by the OOM killer).
+
+    Attributes:
+        worker: the worker's index.
+        pid: its process id.
+        exitcode: its exit code (negative: the number of the signal that killed it).
+    """
+
+    def __init__(self, message: str, *, worker: int, pid: int | None,
+                 exitcode: int | None) -> None:
+        super().__init__(message)
+        self.worker = worker
+        self.pid = pid
+        self.exitcode = exitcode
+
+
+__all__ += ["WorkerDiedError"]
