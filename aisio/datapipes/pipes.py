@@ -322,18 +322,18 @@ class AISFileLoader(_AISDataPipe):
 
     def _iter_concurrent(self) -> Iterator[tuple[str, StreamWrapper]]:
         window: deque[tuple[str, Future[bytes]]] = deque()
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="aisio-get") as pool:
-            try:
-                for name, client, url, path, etl in self._requests():
-                    window.append((name, pool.submit(_fetch, client, url, path, etl,
-                                                     self.cache)))
-                    if len(window) >= 2 * self.concurrency:
-                        yield from self._settle(*window.popleft())
-                while window:
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="aisio-get")
+        try:
+            for name, client, url, path, etl in self._requests():
+                window.append((name, pool.submit(_fetch, client, url, path, etl, self.cache)))
+                if len(window) >= 2 * self.concurrency:
                     yield from self._settle(*window.popleft())
-            finally:
-                for _, future in window:
-                    future.cancel()
+            while window:
+                yield from self._settle(*window.popleft())
+        finally:
+            # Stopping early must not wait for reads in flight: a stalled one would hold the
+            # caller for up to (max_retries + 1) x read_timeout. They end by their timeouts.
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
     def _iter_batched(self) -> Iterator[tuple[str, StreamWrapper]]:

@@ -151,6 +151,28 @@ def test_stopping_early_while_a_read_stalls_returns_fast(ais_endpoint: str, num_
     assert took < 3, f"shutdown took {took:.1f} s"
 
 
+def test_closing_a_pipe_while_its_threads_stall_returns_fast(
+        ais_endpoint: str, bucket: Bucket, shards: tuple[str, list[str]]) -> None:
+    template, keys = shards
+    stalled = tuple(f"/v1/objects/{bucket.name}/shard-{i:04d}.tar" for i in range(4, 8))
+    good = sum(1 for k in keys if int(k[1:5]) < 4)
+    with fault_proxy(ais_endpoint, stall_after=60_000, stall_seconds=60,
+                     break_paths=stalled) as proxy:
+        config = aisio.AISConfig(endpoint=proxy.endpoint, read_timeout=5)
+        samples = iter(aisio.webdataset_pipe(template, config=config, concurrency=4,
+                                             shuffle_shards=False))
+        for _ in range(good - 5):
+            next(samples)
+        deadline = time.monotonic() + 10
+        while proxy.stalls < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proxy.stalls >= 4  # the four fetch threads are stuck in a read
+        started = time.monotonic()
+        samples.close()  # what breaking out of a loop over the pipe does
+        took = time.monotonic() - started
+    assert took < 2, f"closing the pipe took {took:.1f} s"
+
+
 def _tar(members: list[tuple[str, bytes]]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
