@@ -63,6 +63,7 @@ class FaultProxy:
         self._stopping = threading.Event()
         self.requests = 0
         self.range_requests = 0
+        self.object_gets = 0  # GETs of objects (HEADs and listings not counted)
         self.auth_headers: list[str | None] = []
         self.server = _QuietServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -106,6 +107,7 @@ class FaultProxy:
                 with proxy.lock:
                     proxy.requests += 1
                     proxy.range_requests += "Range" in self.headers
+                    proxy.object_gets += method == "GET" and self.path.startswith("/v1/objects/")
                     proxy.auth_headers.append(self.headers.get("Authorization"))
                     status = proxy.fail_statuses.pop(0) if proxy.fail_statuses else None
                 if status is not None:

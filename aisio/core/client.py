@@ -227,6 +227,13 @@ class Client:
         props.setdefault("size", resp.headers.get("Content-Length", ""))
         return props
 
+    def object_version(self, path: AISPath) -> str | None:
+        """Returns what names the object's current content (see :func:`version_key`), or None."""
+        props = self.head_object(path)
+        size = props.get("size")
+        return version_key(props.get("version"), props.get("checksum-value"),
+                           int(size) if size else None)
+
     def get_bytes(self, path: AISPath, *, etl: ETL | None = None,
                   byte_range: tuple[int, int] | None = None) -> bytes:
         """Returns an object's bytes (or the inclusive ``byte_range``) read whole."""
@@ -293,10 +300,7 @@ class ObjectReader(ReadStream):
 
         Usable as a cache key: it changes whenever the object is overwritten.
         """
-        if not self.identified:
-            return None
-        assert self._identity is not None
-        return "|".join(str(part) for part in self._identity)
+        return version_key(*self._identity) if self._identity is not None else None
 
     def _changed(self, was: object, now: object) -> ObjectChangedError:
         return ObjectChangedError(
@@ -377,6 +381,14 @@ class ObjectReader(ReadStream):
     def close(self) -> None:
         self._drop()
         super().close()
+
+
+def version_key(version: str | None, checksum: str | None, size: int | None) -> str | None:
+    """Returns one string for an object's version, checksum and size, as a HEAD or a GET gives
+    them; None when the server names neither version nor checksum (nothing identifies it)."""
+    if not version and not checksum:
+        return None
+    return f"v={version or ''};xxh={checksum or ''};size={size}"
 
 
 def _total_size(resp: requests.Response) -> int | None:

@@ -306,7 +306,7 @@ class AISFileLoader(_AISDataPipe):
             return
         if self.concurrency == 1:
             for name, client, url, path, etl in self._requests():
-                cached = self.cache.open(url) if self.cache else None
+                cached = self.cache.open(url, client) if self.cache else None
                 if cached is not None:
                     yield name, StreamWrapper(cached, name=name)
                     continue
@@ -401,14 +401,14 @@ def _drain(stream: Any, limit: int = 1 << 20) -> None:
 
 def _fetch(client: Client, url: str, path: AISPath, etl: ETL | None,
            cache: ShardCache | None) -> bytes:
-    cached = cache.open(url) if cache else None
+    cached = cache.open(url, client) if cache else None
     if cached is not None:
         with cached:
             return cached.read()
     with client.open(url, name=path.uri(), etl=etl) as reader:
         data = reader.read()
     if cache is not None:
-        cache.store(url, data)
+        cache.store(url, data, reader.version)
     return data
 
 
