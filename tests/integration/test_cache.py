@@ -85,6 +85,19 @@ def test_a_cluster_on_another_port_hits_the_same_entries(ais_endpoint: str, ais_
         assert moved.object_gets == 0  # served from the cache (one HEAD for the version)
 
 
+def test_a_long_tail_after_the_end_of_archive_is_still_cached(
+        ais_endpoint: str, ais_client: Client, bucket: Bucket, cache: aisio.ShardCache) -> None:
+    raw = _tar([(f"k{i}.bin", b"a" * 700) for i in range(4)], tail=b"\0" * (3 << 20))
+    ais_client.put_object(AISPath(bucket, "s.tar"), raw)
+    first = _read(bucket, ais_endpoint, cache)
+    assert len(first) == 4
+    (entry,) = _entries(cache.directory)
+    assert entry.stat().st_size >= len(raw)
+    with fault_proxy(ais_endpoint) as proxy:
+        assert _read(bucket, proxy.endpoint, cache) == first
+        assert proxy.object_gets == 0
+
+
 @pytest.fixture
 def tiny_mount(tmp_path: Path) -> Iterator[Path]:
     """A 64 KB tmpfs (root only): the cache's filesystem fills up at once."""
