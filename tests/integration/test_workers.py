@@ -158,7 +158,8 @@ def test_closing_a_pipe_while_its_threads_stall_returns_fast(
     good = sum(1 for k in keys if int(k[1:5]) < 4)
     with fault_proxy(ais_endpoint, stall_after=60_000, stall_seconds=60,
                      break_paths=stalled) as proxy:
-        config = aisio.AISConfig(endpoint=proxy.endpoint, read_timeout=5)
+        # No retries: once the proxy stops, the abandoned fetch threads end at once.
+        config = aisio.AISConfig(endpoint=proxy.endpoint, read_timeout=5, max_retries=0)
         samples = iter(aisio.webdataset_pipe(template, config=config, concurrency=4,
                                              shuffle_shards=False))
         for _ in range(good - 5):
@@ -171,6 +172,10 @@ def test_closing_a_pipe_while_its_threads_stall_returns_fast(
         samples.close()  # what breaking out of a loop over the pipe does
         took = time.monotonic() - started
     assert took < 2, f"closing the pipe took {took:.1f} s"
+    deadline = time.monotonic() + 10  # the threads left behind end by themselves
+    while any(t.name.startswith("aisio-get") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "fetch threads outlived their read timeout"
+        time.sleep(0.05)
 
 
 def _tar(members: list[tuple[str, bytes]]) -> bytes:
