@@ -44,6 +44,7 @@ from aisio.core.errors import (
     ShardFormatError,
     StateMismatchError,
     UsageError,
+    WorkerDiedError,
 )
 from aisio.core.loop import ResumableLoader
 from aisio.core.report import ErrorReport
@@ -125,6 +126,7 @@ __all__ = [
     "ToTuple",
     "UsageError",
     "WebDatasetParser",
+    "WorkerDiedError",
     "gather_state",
     "make_loader",
     "merge_states",

@@ -357,15 +357,17 @@ class Playground:
         """True when the proxy reports the whole cluster ready (``/v1/health?prr=true``)."""
         return self._get("/v1/health?prr=true") == 200
 
-    def _get(self, path: str) -> int:
+    def _get(self, path: str, *, port: int | None = None) -> int:
+        """Returns the status of GET ``path`` at the endpoint (or at the node on ``port``)."""
         assert self.endpoint
         ctx = None
         if self.endpoint.startswith("https"):
             ctx = ssl.create_default_context()
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
+        base = self.endpoint if port is None else self.endpoint.rsplit(":", 1)[0] + f":{port}"
         try:
-            with urllib.request.urlopen(self.endpoint + path, timeout=2, context=ctx) as resp:
+            with urllib.request.urlopen(base + path, timeout=2, context=ctx) as resp:
                 return int(resp.status)
         except urllib.error.HTTPError as exc:
             return int(exc.code)
@@ -452,7 +454,11 @@ class Playground:
         node = next(n for n in self.nodes if n.name == name)
         self._launch(self.binary or build_node(log=self.log), node)
         self._save_state()
-        self._wait(self.ready, timeout, f"{name} to rejoin")
+        # The proxy may still count a killed target in and call the cluster ready: ask the node.
+        deadline = time.monotonic() + timeout
+        self._wait(lambda: self._get("/v1/health?prr=true", port=node.port) == 200, timeout,
+                   f"{name} to serve")
+        self._wait(self.ready, max(1.0, deadline - time.monotonic()), f"{name} to rejoin")
 
     def __enter__(self) -> Playground:
         self.up()

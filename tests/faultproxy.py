@@ -3,7 +3,9 @@
 It forwards every request to the cluster (following the proxy->target redirect itself, so the
 client only ever talks to it) and breaks GET answers on purpose: after ``cut_after`` body bytes,
 or at a random point with probability ``reset_probability``, it resets the TCP connection
-(RST, not a clean close). Every break is counted, so tests can check that faults happened.
+(RST, not a clean close); after ``stall_after`` body bytes it stops sending and holds the
+connection open (for ``stall_seconds`` at most, or until the proxy stops). Every break and stall
+is counted, so tests can check that faults happened.
 """
 
 from __future__ import annotations
@@ -37,12 +39,15 @@ class FaultProxy:
         fail_statuses: answer the first requests with these statuses instead (e.g. [503, 429]).
         break_paths: only GETs whose path starts with one of these are broken.
         seed: for the random resets.
+        stall_after: stop sending every GET answer after this many body bytes (None: never).
+        stall_seconds: how long a stall lasts at most (the connection is then closed).
     """
 
     def __init__(self, upstream: str, *, cut_after: int | None = None,
                  reset_probability: float = 0.0, min_body: int = 0,
                  fail_statuses: tuple[int, ...] = (),
-                 break_paths: tuple[str, ...] = ("/v1/objects/",), seed: int = 0) -> None:
+                 break_paths: tuple[str, ...] = ("/v1/objects/",), seed: int = 0,
+                 stall_after: int | None = None, stall_seconds: float = 60.0) -> None:
         self.upstream = upstream.rstrip("/")
         self.cut_after = cut_after
         self.reset_probability = reset_probability
@@ -52,8 +57,13 @@ class FaultProxy:
         self.break_paths = break_paths
         self.lock = threading.Lock()
         self.breaks = 0
+        self.stall_after = stall_after
+        self.stall_seconds = stall_seconds
+        self.stalls = 0
+        self._stopping = threading.Event()
         self.requests = 0
         self.range_requests = 0
+        self.object_gets = 0  # GETs of objects (HEADs and listings not counted)
         self.auth_headers: list[str | None] = []
         self.server = _QuietServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -65,6 +75,7 @@ class FaultProxy:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()  # ends the stalls
         self.server.shutdown()
         self.server.server_close()
 
@@ -96,6 +107,7 @@ class FaultProxy:
                 with proxy.lock:
                     proxy.requests += 1
                     proxy.range_requests += "Range" in self.headers
+                    proxy.object_gets += method == "GET" and self.path.startswith("/v1/objects/")
                     proxy.auth_headers.append(self.headers.get("Authorization"))
                     status = proxy.fail_statuses.pop(0) if proxy.fail_statuses else None
                 if status is not None:
@@ -124,8 +136,18 @@ class FaultProxy:
                     return
                 is_object = self.path.startswith(proxy.break_paths)
                 cut = proxy._cut_point(payload_len) if method == "GET" and is_object else None
+                stall = proxy.stall_after if method == "GET" and is_object else None
                 sent = 0
                 for chunk in resp.raw.stream(64 * 1024, decode_content=False):
+                    if stall is not None and sent + len(chunk) > stall:
+                        self.wfile.write(chunk[: stall - sent])
+                        self.wfile.flush()
+                        with proxy.lock:
+                            proxy.stalls += 1
+                        proxy._stopping.wait(proxy.stall_seconds)
+                        self.close_connection = True
+                        resp.close()
+                        return
                     if cut is not None and sent + len(chunk) > cut:
                         self.wfile.write(chunk[: cut - sent])
                         self.wfile.flush()

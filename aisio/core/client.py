@@ -19,6 +19,7 @@ from typing import IO, Any
 from urllib.parse import urljoin
 
 import requests
+import xxhash
 from requests.adapters import HTTPAdapter
 
 from aisio.core.config import AISConfig
@@ -31,6 +32,7 @@ from aisio.core.errors import (
 from aisio.core.translate import (
     RETRY_STATUSES,
     TRANSIENT_EXCEPTIONS,
+    cluster_forming,
     error_from_exception,
     error_from_status,
 )
@@ -40,6 +42,10 @@ log = logging.getLogger("aisio")
 
 _REDIRECTS = (301, 302, 303, 307, 308)
 _MAX_HOPS = 5
+
+#: Seconds a request keeps retrying answers that say the cluster is (re)forming (a restarted
+#: proxy answers 400 ``ErrNoNodes`` for ~10 s until the targets rejoin), whatever max_retries is.
+FORMING_WAIT = 90.0
 
 
 class Client:
@@ -133,14 +139,18 @@ class Client:
             **kw: passed to ``requests`` (``json``, ``data``, ``headers``, ``stream``, ...).
         """
         retries = self.config.max_retries
-        for attempt in range(retries + 1):
+        attempt = 0  # failures counted against max_retries
+        forming = 0  # "cluster (re)forming" answers, counted against FORMING_WAIT instead
+        forming_since = 0.0
+        while True:
             try:
                 resp = self._send(method, url, **kw)
             except TRANSIENT_EXCEPTIONS as exc:
                 if attempt == retries:
                     raise error_from_exception(exc, url=name, what=what) from exc
-                log.debug("aisio: retry %d/%d %s %s: %r", attempt + 1, retries, method, name, exc)
-                time.sleep(self._delay(attempt))
+                attempt += 1
+                log.debug("aisio: retry %d/%d %s %s: %r", attempt, retries, method, name, exc)
+                time.sleep(self._delay(attempt - 1))
                 continue
             except AISIOError:
                 raise
@@ -150,14 +160,23 @@ class Client:
                 return resp
             body = resp.headers.get("Hdr-Error") or resp.content
             resp.close()
-            if resp.status_code in RETRY_STATUSES and attempt < retries:
-                log.debug("aisio: retry %d/%d %s %s: HTTP %d", attempt + 1, retries, method, name,
+            if cluster_forming(body):
+                now = time.monotonic()
+                forming_since = forming_since or now
+                if now - forming_since < FORMING_WAIT:
+                    forming += 1
+                    log.debug("aisio: retry %s %s: the cluster is (re)forming (HTTP %d, %.1f s)",
+                              method, name, resp.status_code, now - forming_since)
+                    time.sleep(max(0.05, min(self._delay(forming - 1), 1.0)))
+                    continue
+            elif resp.status_code in RETRY_STATUSES and attempt < retries:
+                attempt += 1
+                log.debug("aisio: retry %d/%d %s %s: HTTP %d", attempt, retries, method, name,
                           resp.status_code)
-                time.sleep(self._delay(attempt))
+                time.sleep(self._delay(attempt - 1))
                 continue
             raise error_from_status(resp.status_code, body, url=name, what=what,
                                     etl=etl.name if etl else None)
-        raise AssertionError("unreachable")  # pragma: no cover
 
     # ---- buckets ---------------------------------------------------------------------------
     def create_bucket(self, bucket: Bucket, *, exist_ok: bool = False) -> None:
@@ -213,6 +232,13 @@ class Client:
         props.setdefault("size", resp.headers.get("Content-Length", ""))
         return props
 
+    def object_version(self, path: AISPath) -> str | None:
+        """Returns what names the object's current content (see :func:`version_key`), or None."""
+        props = self.head_object(path)
+        size = props.get("size")
+        return version_key(props.get("version"), props.get("checksum-value"),
+                           int(size) if size else None)
+
     def get_bytes(self, path: AISPath, *, etl: ETL | None = None,
                   byte_range: tuple[int, int] | None = None) -> bytes:
         """Returns an object's bytes (or the inclusive ``byte_range``) read whole."""
@@ -242,10 +268,17 @@ class ReadStream(io.RawIOBase):
 class ObjectReader(ReadStream):
     """A binary stream over one object that survives broken connections.
 
-    If the connection drops mid-body, the reader reopens the object with
-    ``Range: bytes=<position>-`` and carries on, so the bytes it returns are exactly the object's:
-    none lost, none repeated. If the object changed in between (version, checksum or size), it
-    raises :class:`ObjectChangedError` rather than splice two versions.
+    If the connection drops mid-body, the reader reopens the object and carries on, so the bytes
+    it returns are exactly the object's: none lost, none repeated, never two versions joined.
+
+    * When the answers identify the object's version (``Ais-Version`` or ``Ais-Checksum-Value``),
+      it reopens with ``Range: bytes=<position>-`` and raises :class:`ObjectChangedError` if the
+      version, checksum or size changed.
+    * When nothing identifies it (a bucket without versioning and checksums), a Range answer
+      could come from a newer object of the same size. The reader then reopens from byte 0,
+      reads again the bytes it already returned and compares them (xxhash) with what it returned:
+      if they match it goes on at the exact byte, else it raises :class:`ObjectChangedError`.
+      Costlier (each resume reads the prefix again), never a splice.
     """
 
     def __init__(self, client: Client, url: str, *, name: str, etl: ETL | None = None,
@@ -259,11 +292,31 @@ class ObjectReader(ReadStream):
         self.size: int | None = None
         self._identity: tuple[str | None, str | None, int | None] | None = None
         self._resp: requests.Response | None = None
+        self._given = xxhash.xxh3_64()  # of the bytes returned so far, for unidentified objects
         self.resumes = 0
         self._open()
 
+    @property
+    def identified(self) -> bool:
+        """True when the server names the object's version or checksum (Range resume is safe)."""
+        return self._identity is not None and any(self._identity[:2])
+
+    @property
+    def version(self) -> str | None:
+        """A string naming this object's version and content, or None when the server gives none.
+
+        Usable as a cache key: it changes whenever the object is overwritten.
+        """
+        return version_key(*self._identity) if self._identity is not None else None
+
+    def _changed(self, was: object, now: object) -> ObjectChangedError:
+        return ObjectChangedError(
+            f"object {self.name} changed while it was being read ({was} -> {now}) at byte "
+            f"{self.pos}; read it again from the start", url=self.name)
+
     def _open(self) -> None:
-        headers = {"Range": f"bytes={self.pos}-"} if self.pos else None
+        from_zero = bool(self.pos) and not self.identified
+        headers = {"Range": f"bytes={self.pos}-"} if self.pos and not from_zero else None
         resp = self.client.request("GET", self.url, name=self.name, what="reading", etl=self.etl,
                                    headers=headers, stream=True, ok=(200, 206))
         size = _total_size(resp)
@@ -276,14 +329,28 @@ class ObjectReader(ReadStream):
                     f"{resp.status_code}, not 206): the server ignored the Range request",
                     url=self.name, status=resp.status_code)
             self._identity, self.size = identity, size
-        elif identity != self._identity or (self.pos and resp.status_code != 206):
+        elif identity != self._identity or (headers and resp.status_code != 206):
             resp.close()
-            raise ObjectChangedError(
-                f"object {self.name} changed while it was being read (version, checksum, size "
-                f"{self._identity} -> {identity}); read it again from the start",
-                url=self.name,
-            )
+            raise self._changed(f"version, checksum, size {self._identity}",
+                                f"{identity}, HTTP {resp.status_code}")
         self._resp = resp
+        if from_zero:
+            self._skip_given()
+
+    def _skip_given(self) -> None:
+        """Reads the first ``pos`` bytes again; raises unless they are the bytes returned."""
+        assert self._resp is not None
+        again = xxhash.xxh3_64()
+        left = self.pos
+        while left:
+            chunk = self._resp.raw.read1(min(left, 1 << 20))
+            if not chunk:
+                raise ConnectionError(f"stream ended at byte {self.pos - left} of {self.size}")
+            again.update(chunk)
+            left -= len(chunk)
+        if again.digest() != self._given.digest():
+            self._drop()
+            raise self._changed(f"first {self.pos} bytes read before", "different bytes now")
 
     def read(self, size: int = -1) -> bytes:
         """Returns up to ``size`` bytes (everything left for -1); ``b""`` only at the end.
@@ -295,12 +362,12 @@ class ObjectReader(ReadStream):
             return b"".join(iter(lambda: self.read(1 << 20), b""))
         failures = 0
         while True:
-            if self._resp is None:
-                if self.closed:
-                    raise ValueError(f"read from closed stream of {self.name}")
-                self._open()
-            assert self._resp is not None
             try:
+                if self._resp is None:
+                    if self.closed:
+                        raise ValueError(f"read from closed stream of {self.name}")
+                    self._open()
+                assert self._resp is not None
                 chunk: bytes = self._resp.raw.read1(size)
                 if not chunk and size and self.size is not None and self.pos < self.size:
                     raise ConnectionError(f"stream ended at byte {self.pos} of {self.size}")
@@ -309,11 +376,14 @@ class ObjectReader(ReadStream):
                 self._drop()
                 if failures > self.client.config.max_retries:
                     raise error_from_exception(exc, url=self.name, what="reading") from exc
-                log.debug("aisio: resuming %s at byte %d after %r", self.name, self.pos, exc)
+                log.debug("aisio: resuming %s at byte %d%s after %r", self.name, self.pos,
+                          "" if self.identified else " (from byte 0: no version to check)", exc)
                 self.resumes += 1
                 time.sleep(self.client._delay(failures - 1))
                 continue
             self.pos += len(chunk)
+            if not self.identified:
+                self._given.update(chunk)
             return chunk
 
     def _drop(self) -> None:
@@ -324,6 +394,14 @@ class ObjectReader(ReadStream):
     def close(self) -> None:
         self._drop()
         super().close()
+
+
+def version_key(version: str | None, checksum: str | None, size: int | None) -> str | None:
+    """Returns one string for an object's version, checksum and size, as a HEAD or a GET gives
+    them; None when the server names neither version nor checksum (nothing identifies it)."""
+    if not version and not checksum:
+        return None
+    return f"v={version or ''};xxh={checksum or ''};size={size}"
 
 
 def _total_size(resp: requests.Response) -> int | None:

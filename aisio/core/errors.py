@@ -25,6 +25,7 @@ worker process reaches the training process intact. Four families, by what the u
     │   ├── AISRequestError       refused for another reason (HTTP status in .status)
     │   │   └── AuthError             HTTP 401/403: a token is missing or rejected
     │   └── ETLUnavailableError   the cluster has no ETL runtime (HTTP 501)
+    ├── WorkerDiedError       a loader's worker process died unasked (OOM killer, SIGKILL)
     └── PlaygroundError       the local AIStore could not be built, started or stopped
 
 ``on_error="skip"`` or ``"warn"`` skips only :class:`NotFoundError` and :class:`DataError`
@@ -181,6 +182,23 @@ class PlaygroundError(AISIOError):
     """The local AIStore playground could not be built, started or stopped."""
 
 
+class WorkerDiedError(AISIOError, RuntimeError):
+    """A DataLoader2 worker process ended without being asked to (e.g. killed by the OOM killer).
+
+    Attributes:
+        worker: the worker's index.
+        pid: its process id.
+        exitcode: its exit code (negative: the number of the signal that killed it).
+    """
+
+    def __init__(self, message: str, *, worker: int, pid: int | None,
+                 exitcode: int | None) -> None:
+        super().__init__(message)
+        self.worker = worker
+        self.pid = pid
+        self.exitcode = exitcode
+
+
 def is_skippable(error: BaseException) -> bool:
     """Returns whether ``on_error="skip"``/``"warn"`` may skip ``error``: only a missing object
     (or bucket, or ETL) and bad data; usage and cluster errors always raise.
@@ -214,5 +232,6 @@ __all__ = [
     "ShardFormatError",
     "StateMismatchError",
     "UsageError",
+    "WorkerDiedError",
     "is_skippable",
 ]

@@ -185,13 +185,13 @@ class Fetcher:
         """
         url = self.url(ref)
         if start == 0 and self.cache is not None:
-            cached = self.cache.open(url)
+            cached = self.cache.open(url, self.client(ref))
             if cached is not None:
-                return cached
+                return cached  # type: ignore[return-value]
         reader = self.client(ref).open(url, name=ref.path.uri(), etl=self.etl_of(ref),
                                        start=start)
         if start == 0 and self.cache is not None:
-            return self.cache.filling(url, reader)  # type: ignore[return-value]
+            return self.cache.filling(url, reader)
         return reader  # type: ignore[return-value]
 
     def streams(self, items: Iterable[Any]) -> Iterator[tuple[Any, IO[bytes]]]:
@@ -220,17 +220,18 @@ class Fetcher:
     def _threaded(self, requests: Iterable[tuple[Any, ObjectRef, int]]
                   ) -> Iterator[tuple[Any, IO[bytes]]]:
         window: deque[tuple[Any, ObjectRef, Future[bytes]]] = deque()
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="aisio-get") as pool:
-            try:
-                for key, ref, start in requests:
-                    window.append((key, ref, pool.submit(self.read, ref, start)))
-                    if len(window) >= 2 * self.concurrency:
-                        yield from self._settle(*window.popleft())
-                while window:
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="aisio-get")
+        try:
+            for key, ref, start in requests:
+                window.append((key, ref, pool.submit(self.read, ref, start)))
+                if len(window) >= 2 * self.concurrency:
                     yield from self._settle(*window.popleft())
-            finally:
-                for _, _, future in window:
-                    future.cancel()
+            while window:
+                yield from self._settle(*window.popleft())
+        finally:
+            # Stopping early must not wait for reads in flight: a stalled one would hold the
+            # caller for up to (max_retries + 1) x read_timeout. They end by their timeouts.
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _settle(self, key: Any, ref: ObjectRef, future: Future[bytes]
                 ) -> Iterator[tuple[Any, IO[bytes]]]:

@@ -42,6 +42,8 @@ def parse_streams(pairs: Iterable[tuple[Any, IO[bytes]]], policy: ErrorPolicy
 
 def drain(stream: IO[bytes], limit: int = 1 << 20) -> None:
     """Reads the end-of-archive padding after the last member (a cache keeps only whole shards)."""
+    if getattr(stream, "caching", False):  # filling a cache: to the end, however far
+        limit = 1 << 62
     while limit > 0:
         chunk = stream.read(min(limit, 1 << 16))
         if not chunk:

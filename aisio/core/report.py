@@ -3,10 +3,12 @@ was left out and why (shard, byte offset, member, reason)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +35,16 @@ class ErrorReport:
 
     @classmethod
     def temporary(cls) -> ErrorReport:
-        """Returns a report backed by a new temporary file (shared with worker processes)."""
+        """Returns a report backed by a new temporary file (shared with worker processes).
+
+        The file is deleted when this report object is garbage collected, or when the process
+        exits, whichever is first; copies pickled into worker processes never delete it.
+        """
         fd, name = tempfile.mkstemp(prefix="aisio-errors-", suffix=".jsonl")
         os.close(fd)
-        return cls(name)
+        report = cls(name)
+        weakref.finalize(report, _remove, name, os.getpid())
+        return report
 
     def record(self, error: BaseException, *, shard: str | None = None,
                samples: int | None = None) -> dict[str, Any]:
@@ -100,3 +108,8 @@ class ErrorReport:
         where = str(self.path) if self.path else "memory"
         return f"ErrorReport({where!r}, {len(self)} record(s))"
 
+
+def _remove(path: str, owner: int) -> None:
+    if os.getpid() == owner:  # not in a forked worker that inherited the finalizer
+        with contextlib.suppress(OSError):
+            os.unlink(path)

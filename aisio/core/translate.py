@@ -23,6 +23,11 @@ from aisio.core.errors import (
 #: Statuses worth retrying: busy, rate-limited, and server errors other than "not implemented".
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
+#: AIStore error codes (``tcode`` of the JSON error body) that mean the cluster is (re)forming:
+#: e.g. a restarted proxy answers 400 ``ErrNoNodes`` ("no storage targets in the cluster") until
+#: the targets rejoin. Worth waiting for, whatever the status; every other 4xx is final.
+FORMING_TCODES = frozenset({"ErrNoNodes", "ErrMembershipChange"})
+
 #: Low-level exceptions that mean the connection failed or broke (worth a retry or a resume).
 TRANSIENT_EXCEPTIONS: tuple[type[BaseException], ...] = (
     requests.ConnectionError,
@@ -34,6 +39,11 @@ TRANSIENT_EXCEPTIONS: tuple[type[BaseException], ...] = (
     ConnectionError,
     TimeoutError,
 )
+
+
+def cluster_forming(body: str | bytes | None) -> bool:
+    """True when an error answer's body says the cluster is (re)forming (see FORMING_TCODES)."""
+    return _server_message(body)[0] in FORMING_TCODES
 
 
 def _server_message(body: str | bytes | None) -> tuple[str, str]:
@@ -104,9 +114,12 @@ def error_from_status(
             url=url,
             status=status,
         )
-    hint = "retries ran out; the cluster is busy or failing" if status in RETRY_STATUSES else (
-        "the request was rejected"
-    )
+    if tcode in FORMING_TCODES:
+        hint = "the cluster did not finish (re)forming in time; check `aisio playground status`"
+    elif status in RETRY_STATUSES:
+        hint = "retries ran out; the cluster is busy or failing"
+    else:
+        hint = "the request was rejected"
     return AISRequestError(
         f"{what} {url} failed with HTTP {status}{said}: {hint}", url=url, status=status
     )

@@ -17,6 +17,7 @@ from aisio.core.client import Client
 from aisio.core.urls import Bucket
 from aisio.playground import free_port
 from tests.conftest import needs_dataloader2, sample_keys, write_shards
+from tests.faultproxy import fault_proxy
 
 pytestmark = needs_dataloader2
 
@@ -160,21 +161,25 @@ def test_shard_cache_serves_later_epochs_and_stays_under_its_limit(
     template, keys = write_shards(ais_client, bucket, tmp_path, shards=4, per_shard=20,
                                   payload=1000)
     cache = aisio.ShardCache(tmp_path / "cache", max_bytes=10**9)
-    loader = aisio.webdataset_loader(template, url=ais_endpoint, num_workers=2, cache=cache)
-    try:
-        assert sorted(sample_keys(loader)) == sorted(keys)
-        assert len(list((tmp_path / "cache").glob("*.shard"))) == 4
-        ais_client.destroy_bucket(bucket)  # from now on, only the cache has the shards
-        assert sorted(sample_keys(loader)) == sorted(keys)
-    finally:
-        loader.shutdown()
-        ais_client.create_bucket(bucket, exist_ok=True)
+    with fault_proxy(ais_endpoint) as proxy:  # counts the GETs of later epochs
+        loader = aisio.webdataset_loader(template, url=ais_endpoint, num_workers=2, cache=cache)
+        try:
+            assert sorted(sample_keys(loader)) == sorted(keys)
+            assert len(list((tmp_path / "cache").glob("*.shard"))) == 4
+            again = aisio.webdataset_loader(template, url=proxy.endpoint, num_workers=2,
+                                            cache=cache)
+            assert sorted(sample_keys(again)) == sorted(keys)
+            again.shutdown()
+        finally:
+            loader.shutdown()
+        concurrent = aisio.AISFileLoader(template, url=proxy.endpoint, concurrency=3,
+                                         cache=cache)
+        assert len(list(concurrent.ais_parse_webdataset())) == len(keys)
+        assert proxy.object_gets == 0  # only HEADs (the version): the bytes came from the cache
     small = aisio.ShardCache(tmp_path / "small", max_bytes=int(cache.size() / 2))
     for url in aisio.AISSourceLister(template, url=ais_endpoint):
-        small.store(url, b"x" * (cache.size() // 5))
+        small.store(url, b"x" * (cache.size() // 5), version="1")
     assert small.size() <= small.max_bytes
-    concurrent = aisio.AISFileLoader(template, url=ais_endpoint, concurrency=3, cache=cache)
-    assert len(list(concurrent.ais_parse_webdataset())) == len(keys)  # bucket gone: cache only
 
 
 def test_decode_threads_keep_order_and_values(ais_endpoint: str,

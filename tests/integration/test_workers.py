@@ -1,0 +1,206 @@
+"""DataLoader2 worker faults: a killed worker, a killed training process, a stalled read at
+shutdown, and errors raised in a worker reaching the training loop intact."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aisio
+from aisio.core.client import Client
+from aisio.core.urls import AISPath, Bucket
+from tests.conftest import write_shards
+from tests.faultproxy import fault_proxy
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _iterate_in_thread(loader: Any, on_item: Any, timeout: float) -> BaseException | None:
+    """Iterates ``loader`` in a thread; returns what it raised (None if it ended); fails the
+    test if it is still waiting after ``timeout`` seconds (then shuts the loader down)."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            for i, _ in enumerate(loader):
+                on_item(i)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        loader.shutdown()
+        pytest.fail(f"the loader was still waiting after {timeout} s")
+    return outcome[0]
+
+
+@pytest.fixture
+def shards(ais_client: Client, bucket: Bucket, tmp_path: Path) -> tuple[str, list[str]]:
+    return write_shards(ais_client, bucket, tmp_path, shards=8, per_shard=100, payload=2000)
+
+
+def test_a_killed_worker_raises_naming_worker_and_signal(ais_endpoint: str,
+                                                         shards: tuple[str, list[str]]) -> None:
+    template, _ = shards
+    loader = aisio.webdataset_loader(template, url=ais_endpoint, num_workers=2, seed=0)
+    killed: list[int] = []
+
+    def on_item(i: int) -> None:
+        if i == 20 and not killed:
+            process = loader.reading_service._worker_processes[1][0]
+            os.kill(process.pid, signal.SIGKILL)  # as the OOM killer does
+            killed.append(process.pid)
+        time.sleep(0.002)
+
+    try:
+        error = _iterate_in_thread(loader, on_item, timeout=30)
+    finally:
+        started = time.monotonic()
+        loader.shutdown()
+        assert time.monotonic() - started < 5
+    assert isinstance(error, aisio.core.errors.WorkerDiedError), repr(error)
+    assert "worker process 1" in str(error) and "SIGKILL" in str(error)
+    assert error.pid == killed[0] and error.exitcode == -signal.SIGKILL
+
+
+TRAINING = """
+import sys, time
+import aisio
+loader = aisio.webdataset_loader(sys.argv[1], url=sys.argv[2], num_workers=2, seed=0)
+for i, sample in enumerate(loader):
+    if i == 0:
+        pids = [p.pid for p, _, _ in loader.reading_service._worker_processes]
+        print(" ".join(map(str, pids)), flush=True)
+    time.sleep(0.05)  # a slow training step: the workers stay busy prefetching
+"""
+
+
+def test_workers_exit_when_the_training_process_is_killed(ais_endpoint: str, tmp_path: Path,
+                                                          shards: tuple[str, list[str]]) -> None:
+    template, _ = shards
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(TRAINING))
+    proc = subprocess.Popen([sys.executable, str(script), template, ais_endpoint],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 5
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [p for p in pids if _alive(p)]
+        for pid in left:  # do not leave them behind for the next tests
+            os.kill(pid, signal.SIGKILL)
+        assert not left, f"workers {left} outlived the training process"
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@pytest.mark.parametrize(("num_workers", "concurrency"), [(2, 1), (2, 4)])
+def test_stopping_early_while_a_read_stalls_returns_fast(ais_endpoint: str, num_workers: int,
+                                                         concurrency: int, bucket: Bucket,
+                                                         shards: tuple[str, list[str]]) -> None:
+    template, keys = shards
+    # Shards 0-3 are read in full; 4-7 stall after 60 KB. Each worker reads two good shards
+    # (worker 0 gets 0, 2, 4, 6; worker 1 gets 1, 3, 5, 7), then gets stuck in a read.
+    stalled = tuple(f"/v1/objects/{bucket.name}/shard-{i:04d}.tar" for i in range(4, 8))
+    good = sum(1 for k in keys if int(k[1:5]) < 4)
+    with fault_proxy(ais_endpoint, stall_after=60_000, stall_seconds=60,
+                     break_paths=stalled) as proxy:
+        config = aisio.AISConfig(endpoint=proxy.endpoint, read_timeout=30)
+        loader = aisio.webdataset_loader(template, config=config, num_workers=num_workers,
+                                         concurrency=concurrency, shuffle_shards=False)
+        try:
+            for i, _ in enumerate(loader):
+                if i == good - 15:  # fewer left than the prefetch buffers hold: never blocks
+                    break
+            deadline = time.monotonic() + 10
+            while proxy.stalls < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert proxy.stalls >= 2  # reads are stuck (in both workers, or in the threads)
+        finally:
+            started = time.monotonic()
+            loader.shutdown()
+            took = time.monotonic() - started
+    assert took < 3, f"shutdown took {took:.1f} s"
+
+
+def test_closing_a_pipe_while_its_threads_stall_returns_fast(
+        ais_endpoint: str, bucket: Bucket, shards: tuple[str, list[str]]) -> None:
+    template, keys = shards
+    stalled = tuple(f"/v1/objects/{bucket.name}/shard-{i:04d}.tar" for i in range(4, 8))
+    good = sum(1 for k in keys if int(k[1:5]) < 4)
+    with fault_proxy(ais_endpoint, stall_after=60_000, stall_seconds=60,
+                     break_paths=stalled) as proxy:
+        # No retries: once the proxy stops, the abandoned fetch threads end at once.
+        config = aisio.AISConfig(endpoint=proxy.endpoint, read_timeout=5, max_retries=0)
+        samples = iter(aisio.webdataset_pipe(template, config=config, concurrency=4,
+                                             shuffle_shards=False))
+        for _ in range(good - 5):
+            next(samples)
+        deadline = time.monotonic() + 10
+        while proxy.stalls < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proxy.stalls >= 4  # the four fetch threads are stuck in a read
+        started = time.monotonic()
+        samples.close()  # what breaking out of a loop over the pipe does
+        took = time.monotonic() - started
+    assert took < 2, f"closing the pipe took {took:.1f} s"
+    deadline = time.monotonic() + 10  # the threads left behind end by themselves
+    while any(t.name.startswith("aisio-get") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "fetch threads outlived their read timeout"
+        time.sleep(0.05)
+
+
+def _tar(members: list[tuple[str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_a_worker_error_arrives_intact(ais_endpoint: str, ais_client: Client,
+                                       bucket: Bucket) -> None:
+    raw = _tar([(f"k{i}.bin", b"x" * 700) for i in range(4)])[:2300]  # cut in k1.bin's data
+    ais_client.put_object(AISPath(bucket, "truncated.tar"), raw)
+    shard = bucket.uri("truncated.tar")
+    loader = aisio.webdataset_loader(shard, url=ais_endpoint, num_workers=2)
+    try:
+        with pytest.raises(aisio.ShardFormatError) as info:
+            list(loader)
+    finally:
+        loader.shutdown()
+    error = info.value
+    assert (error.url, error.offset, error.member) == (shard, 2300, "k1.bin")
+    assert str(error).startswith(f"shard {shard}") or shard in str(error).splitlines()[0]
+    assert "Caught" not in str(error)
+    assert "worker process" in str(error.__cause__)  # the worker's traceback
