@@ -315,7 +315,9 @@ class ObjectReader(ReadStream):
             f"{self.pos}; read it again from the start", url=self.name)
 
     def _open(self) -> None:
-        from_zero = bool(self.pos) and not self.identified
+        # A reader asked to start at a byte (a resumed epoch) opens there with Range; after
+        # that, a reopen of an object that nothing identifies starts again from byte 0.
+        from_zero = bool(self.pos) and self._identity is not None and not self.identified
         headers = {"Range": f"bytes={self.pos}-"} if self.pos and not from_zero else None
         resp = self.client.request("GET", self.url, name=self.name, what="reading", etl=self.etl,
                                    headers=headers, stream=True, ok=(200, 206))

@@ -191,3 +191,24 @@ def test_resume_after_kill(example: Callable[[str], ModuleType], ais_endpoint: s
     assert resume.main(["--loader", loader, "--workers", "2", "1", "--seed", "3"]) == 0
     out = capsys.readouterr().out
     assert "killed at step" in out and "each exactly once" in out
+
+
+def test_seed_article_pipeline(example: Callable[[str], ModuleType],
+                               new_bucket: Callable[[], str],
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    article = example("seed_article")
+    bucket = new_bucket().removeprefix("ais://")
+    assert article.main(["--bucket", bucket, "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "torch.Size([64]) torch.Size([64, 3, 32, 32]) torch.Size([64, 3, 32, 32])" in out
+    assert "one pass: 96 of 96 samples" in out
+
+
+def test_the_articles_call_signature_is_accepted(ais_endpoint: str) -> None:
+    from aistore.sdk import Client as SDKClient
+
+    bucket = SDKClient(ais_endpoint).bucket("any")
+    lister = aisio.AISSourceLister(ais_sources=[bucket], etl_name="resize", url=ais_endpoint)
+    assert lister.etl == aisio.ETL("resize")
+    with pytest.raises(ValueError, match="not both"):
+        aisio.AISSourceLister(ais_sources=[bucket], etl="a", etl_name="b", url=ais_endpoint)
