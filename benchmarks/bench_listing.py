@@ -54,9 +54,10 @@ def run(endpoint: str, objects: int, repeat: int) -> None:
         sdk_bucket = SDKClient(endpoint).bucket(bucket.name)
         arms: dict[str, Callable[[], int]] = {
             "aisio AISFileLister (server page size)": lambda: sum(
-                1 for _ in aisio.AISFileLister(bucket.uri("o/"), url=endpoint)),
+                1 for _ in aisio.AISFileLister(bucket.uri("o/"), endpoint=endpoint)),
             "aisio AISFileLister (page_size=1000)": lambda: sum(
-                1 for _ in aisio.AISFileLister(bucket.uri("o/"), url=endpoint, page_size=1000)),
+                1 for _ in aisio.AISFileLister(bucket.uri("o/"), endpoint=endpoint,
+                                               page_size=1000)),
             "SDK list_all_objects_iter": lambda: sum(
                 1 for _ in sdk_bucket.list_all_objects_iter(prefix="o/")),
         }

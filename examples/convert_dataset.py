@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"uploaded {result.samples} samples as {len(result.shards)} shards: "
               f"{result.template}")
-        first = next(iter(aisio.AISFileLoader(result.shards[:1], url=endpoint)
+        first = next(iter(aisio.AISFileLoader(result.shards[:1], endpoint=endpoint)
                           .ais_parse_webdataset()))
         fields = {k: f"{len(v)} bytes" for k, v in first.items() if not k.startswith("__")}
         print(f"first sample {first['__key__']!r}: class {int(first['cls'])}, {fields}")

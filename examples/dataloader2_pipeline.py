@@ -41,7 +41,7 @@ def training_batches(template: str, endpoint: str, *, workers: int, worker_batch
                      batch_size: int, shuffle: int) -> tuple[IterDataPipe, DataLoader2]:
     """Returns (the main-process DataPipe of training batches, the DataLoader2 to shut down)."""
     pipe = aisio.webdataset_pipe(
-        template, url=endpoint, shuffle_buffer=100, decode="torchrgb",
+        template, endpoint=endpoint, shuffle_buffer=100, decode="torchrgb",
         tuple_fields=("image.jpg", "cls", "mask.png"),
         batch_size=worker_batch, collate=False,  # lists of samples cross the process boundary
     )

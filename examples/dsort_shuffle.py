@@ -61,7 +61,7 @@ def run_dsort(endpoint: str, spec: dict[str, object], timeout: int = 120) -> str
 
 def sample_keys(shards: list[str], endpoint: str) -> list[tuple[str, tuple[str, ...]]]:
     """Returns ``(key, fields)`` of every sample in ``shards``, in order."""
-    pipe = aisio.AISFileLoader(shards, url=endpoint).ais_parse_webdataset()
+    pipe = aisio.AISFileLoader(shards, endpoint=endpoint).ais_parse_webdataset()
     return [(s["__key__"], tuple(sorted(k for k in s if not k.startswith("__")))) for s in pipe]
 
 

@@ -53,17 +53,17 @@ class Outcome:
 def run(endpoint: str, bucket: str, etl: aisio.ETL) -> Outcome:
     """Builds ETL URLs for the demo shards, reads them plainly, then through the ETL."""
     template = upload_demo_shards(endpoint, bucket)
-    urls = list(aisio.AISSourceLister(template, etl=etl, url=endpoint))
+    urls = list(aisio.AISSourceLister(template, etl=etl, endpoint=endpoint))
     print(f"ETL-applied URLs for {template}:")
     for url in urls:
         print(f"  {url}")
     # The same URLs feed webdataset the way the articles do: .map(lambda u: {"url": u})
 
-    plain = list(aisio.AISFileLoader(template, url=endpoint).ais_parse_webdataset())
+    plain = list(aisio.AISFileLoader(template, endpoint=endpoint).ais_parse_webdataset())
     print(f"without the ETL: {len(plain)} samples, e.g. {plain[0]['txt'].decode()!r}")
 
     try:
-        transformed = list(aisio.AISFileLoader(urls, url=endpoint).ais_parse_webdataset())
+        transformed = list(aisio.AISFileLoader(urls, endpoint=endpoint).ais_parse_webdataset())
     except (aisio.ETLUnavailableError, aisio.ETLNotFoundError) as exc:
         print(f"with the ETL: {type(exc).__name__}: {exc}")
         print("  On AIStore deployed on Kubernetes, start the ETL first (`ais etl init` with a "

@@ -76,7 +76,7 @@ def train(template: str, endpoint: str, args: argparse.Namespace) -> float:
     the epoch is trained on once across the runs, whatever killed the first one.
     """
     loader = LOADERS[args.loader](
-        template, url=endpoint, decode="torchl", tuple_fields=("png", "cls", "__key__"),
+        template, endpoint=endpoint, decode="torchl", tuple_fields=("png", "cls", "__key__"),
         shuffle_buffer=256, batch_size=args.batch_size, num_workers=args.workers, seed=0,
     )
     torch.manual_seed(0)

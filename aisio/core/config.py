@@ -115,10 +115,22 @@ class AISConfig:
         return self.endpoint
 
 
-def resolve_config(url: str | None = None, config: AISConfig | None = None) -> AISConfig:
-    """Returns the effective config: ``url`` beats ``config`` beats the environment."""
+def resolve_config(url: str | None = None, config: AISConfig | None = None, *,
+                   endpoint: str | None = None) -> AISConfig:
+    """Returns the effective config: the endpoint argument beats ``config`` beats the environment.
+
+    ``endpoint=`` is the name everywhere in aisio; ``url=`` is accepted as its spelling in the
+    removed AIStore/torchdata DataPipes.
+
+    Raises:
+        ConfigError: both are given, and differ.
+    """
+    if url is not None and endpoint is not None and url != endpoint:
+        raise ConfigError(
+            f"endpoint={endpoint!r} and url={url!r} name two endpoints: pass endpoint= alone "
+            "(url= is the older spelling of the same setting)")
     base = config if config is not None else AISConfig.from_env()
-    return base.with_endpoint(url)
+    return base.with_endpoint(endpoint if endpoint is not None else url)
 
 
 def _normalize_endpoint(endpoint: str) -> str:

@@ -191,9 +191,9 @@ class WorkerDiedError(AISIOError, RuntimeError):
         exitcode: its exit code (negative: the number of the signal that killed it).
     """
 
-    def __init__(self, message: str, *, worker: int, pid: int | None,
-                 exitcode: int | None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, worker: int = -1, pid: int | None = None,
+                 exitcode: int | None = None, url: str | None = None) -> None:
+        super().__init__(message, url=url)
         self.worker = worker
         self.pid = pid
         self.exitcode = exitcode

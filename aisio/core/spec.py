@@ -48,6 +48,7 @@ class PipelineSpec:
     def build(
         cls,
         *,
+        endpoint: str | None = None,
         url: str | None = None,
         config: AISConfig | None = None,
         etl: ETL | str | Any | None = None,
@@ -79,7 +80,7 @@ class PipelineSpec:
         if report is None:
             report = ErrorReport.temporary() if on_error != "raise" else ErrorReport()
         return cls(
-            config=resolve_config(url, config),
+            config=resolve_config(url, config, endpoint=endpoint),
             etl=to_etl(etl),
             shuffle_shards=shuffle_shards,
             shuffle_buffer=shuffle_buffer,

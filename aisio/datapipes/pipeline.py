@@ -137,6 +137,7 @@ class ResampledShards(IterDataPipe):
 def webdataset_pipe(
     shards: Any,
     *,
+    endpoint: str | None = None,
     url: str | None = None,
     config: AISConfig | None = None,
     etl: ETL | str | None = None,
@@ -159,7 +160,8 @@ def webdataset_pipe(
     Args:
         shards: shard names or templates (``"ais://b/train-{0000..0099}.tar"``), a list of them,
             or SDK objects.
-        url: AIStore endpoint (else ``config``, else ``AIS_ENDPOINT``).
+        endpoint: AIStore endpoint (else ``config``, else ``AIS_ENDPOINT``); ``url=`` is
+            accepted too, as the removed AIStore/torchdata DataPipes spelled it.
         config: an :class:`AISConfig`.
         etl: an ETL to apply to every shard on the server.
         shuffle_shards: shuffle the shard order each epoch (before the shard split).
@@ -187,7 +189,7 @@ def webdataset_pipe(
             process, as ``pipe.timings`` (a :class:`~aisio.core.timing.StageTimes`).
     """
     spec = PipelineSpec.build(
-        url=url, config=config, etl=etl, shuffle_shards=shuffle_shards,
+        endpoint=endpoint, url=url, config=config, etl=etl, shuffle_shards=shuffle_shards,
         shuffle_buffer=shuffle_buffer, decode=decode, decode_threads=decode_threads,
         tuple_fields=tuple_fields, batch_size=batch_size, collate=collate, on_error=on_error,
         report=report, concurrency=concurrency, cache=cache, timings=timings)

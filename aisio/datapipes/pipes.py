@@ -39,9 +39,10 @@ class _AISDataPipe(IterDataPipe):
     # (a miss falls through IterDataPipe.__getattr__, about 1 us a sample).
     _is_child_datapipe = False
 
-    def __init__(self, url: str | None, config: AISConfig | None, length: int) -> None:
+    def __init__(self, url: str | None, config: AISConfig | None, length: int,
+                 endpoint: str | None = None) -> None:
         _fix_dataloader2()
-        self.config = resolve_config(url, config)
+        self.config = resolve_config(url, config, endpoint=endpoint)
         self.length = length
 
     def _client(self) -> Client:
@@ -99,9 +100,10 @@ class AISFileLister(_AISDataPipe):
 
     Args:
         source_datapipe: sources, alone, in a list, or from an upstream IterDataPipe.
-        url: the AIStore endpoint (else ``config``, else ``AIS_ENDPOINT``).
+        url: the AIStore endpoint: ``endpoint=``, as the removed DataPipes spelled it.
         length: the number of objects, if known (``len()`` raises TypeError otherwise).
         config: an :class:`AISConfig` (token, TLS, timeouts, retries, page size).
+        endpoint: the AIStore endpoint (else ``config``, else ``AIS_ENDPOINT``).
         props: comma-separated properties to list (``"size,version"``); then items are
             ``(name, {prop: value})`` pairs instead of names.
         check_templates: verify that every name of a template exists.
@@ -122,9 +124,11 @@ class AISFileLister(_AISDataPipe):
         props: str | None = None,
         check_templates: bool = False,
         page_size: int | None = None,
+        endpoint: str | None = None,
     ) -> None:
         super().__init__(url, config,
-                         length if length >= 0 else _count(source_datapipe, listing=True))
+                         length if length >= 0 else _count(source_datapipe, listing=True),
+                         endpoint)
         self.source_datapipe = source_datapipe
         self.props = props
         self.check_templates = check_templates
@@ -156,8 +160,9 @@ class AISSourceLister(_AISDataPipe):
         prefix_map: ``{source: prefix or [prefixes]}`` to list only part of a bucket source.
         etl: an ETL name, :class:`aisio.ETL` (name and args) or the SDK's ``ETLConfig``
             (``etl_name=`` is accepted too, as the removed AIStore DataPipes spelled it).
-        url: the AIStore endpoint (else ``config``, else ``AIS_ENDPOINT``).
+        url: the AIStore endpoint: ``endpoint=``, as the removed DataPipes spelled it.
         config: an :class:`AISConfig`.
+        endpoint: the AIStore endpoint (else ``config``, else ``AIS_ENDPOINT``).
         length: the number of URLs, if known.
 
     Example:
@@ -176,9 +181,10 @@ class AISSourceLister(_AISDataPipe):
         length: int = -1,
         page_size: int | None = None,
         etl_name: str | None = None,
+        endpoint: str | None = None,
     ) -> None:
         super().__init__(url, config, length if length >= 0 or prefix_map
-                         else _count(ais_sources, listing=True))
+                         else _count(ais_sources, listing=True), endpoint)
         self.ais_sources = ais_sources
         self.prefix_map = prefix_map
         self.etl = _etl(etl, etl_name)
@@ -209,11 +215,12 @@ class AISFileLoader(_AISDataPipe):
 
     Args:
         source_datapipe: object names or URLs, alone, in a list, or from an upstream IterDataPipe.
-        url: the AIStore endpoint for ``ais://`` names (else ``config``, else ``AIS_ENDPOINT``).
+        url: the AIStore endpoint: ``endpoint=``, as the removed DataPipes spelled it.
         length: the number of objects, if known.
         etl: an ETL to apply to ``ais://`` names (``etl_name=`` is accepted too, as the removed
             AIStore/torchdata DataPipes spelled it).
         config: an :class:`AISConfig`.
+        endpoint: the AIStore endpoint (else ``config``, else ``AIS_ENDPOINT``).
         concurrency: parallel GETs for many small objects (1: stream one at a time).
         on_error: ``"raise"`` typed errors; ``"skip"`` or ``"warn"`` to record a missing object
             in ``report`` and go on with the next (cluster errors always raise).
@@ -243,8 +250,9 @@ class AISFileLoader(_AISDataPipe):
         cache: ShardCache | None = None,
         batch_get: int = 0,
         etl_name: str | None = None,
+        endpoint: str | None = None,
     ) -> None:
-        super().__init__(url, config, length)
+        super().__init__(url, config, length, endpoint)
         self.source_datapipe = source_datapipe
         self.report = report if report is not None else ErrorReport()
         self.fetcher = Fetcher(self.config, _etl(etl, etl_name), concurrency, batch_get, cache,

@@ -114,3 +114,18 @@ def test_no_exception_escapes_untranslated() -> None:
     samples.append(SDKError())
     for exc in samples:
         assert isinstance(error_from_exception(exc, url="u", what="reading"), aisio.AISIOError)
+
+
+def test_endpoint_is_the_one_name_and_url_its_alias() -> None:
+    from aisio.core.config import resolve_config
+
+    assert resolve_config(endpoint="http://h:1").endpoint == "http://h:1"
+    assert resolve_config("http://h:1").endpoint == "http://h:1"  # url=, positional
+    assert resolve_config("http://h:1", endpoint="http://h:1").endpoint == "http://h:1"
+    with pytest.raises(ConfigError, match="two endpoints"):
+        resolve_config("http://h:1", endpoint="http://h:2")
+    lister = aisio.AISFileLister("ais://b/s-{0..1}.tar", endpoint="http://h:3")
+    loader = aisio.AISFileLoader("ais://b/x.tar", url="http://h:4")
+    assert (lister.config.endpoint, loader.config.endpoint) == ("http://h:3", "http://h:4")
+    spec_pipe = aisio.webdataset_pipe("ais://b/s-{0..1}.tar", endpoint="http://h:5")
+    assert spec_pipe is not None
