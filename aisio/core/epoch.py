@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
+import os
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aisio.core.errors import StateMismatchError
+from aisio.core.errors import AISIOError, StateMismatchError
 from aisio.core.sources import ObjectRef
 
 STATE_VERSION = 1
@@ -81,6 +83,32 @@ class Delivery:
 
     def __repr__(self) -> str:
         return f"Delivery({len(self.positions)} sample(s))"
+
+
+class Failure:
+    """An aisio error raised in a worker, sent on as an item so that the training process
+    raises the error itself (type, message, ``url``, ``offset``, ...), not the copy that a
+    loader's worker protocol rebuilds from its message."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: AISIOError) -> None:
+        self.error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Failure, (self.error,))
+
+
+def ship_errors(items: Iterable[Any]) -> Iterator[Any]:
+    """Yields ``items``; an :class:`~aisio.AISIOError` they raise ends them as a last
+    :class:`Failure` item (see :class:`~aisio.core.loop.ResumableLoader`)."""
+    try:
+        yield from items
+    except AISIOError as exc:
+        if multiprocessing.parent_process() is not None:  # (add_note is Python >= 3.11)
+            exc.__notes__ = [*getattr(exc, "__notes__", []),
+                             f"raised in worker process {os.getpid()}"]
+        yield Failure(exc)
 
 
 def shard_list_id(refs: Sequence[ObjectRef]) -> str:
@@ -446,6 +474,7 @@ def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Itera
 __all__ = [
     "POSITION",
     "Delivery",
+    "Failure",
     "Positioned",
     "EpochProgress",
     "ShardTask",
@@ -456,6 +485,7 @@ __all__ = [
     "pack_batch",
     "shard_list_id",
     "shard_order",
+    "ship_errors",
     "shuffle_buffer",
     "state_size",
     "task_samples",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from aisio.core.epoch import Delivery, EpochProgress, check_state, merge_states
+from aisio.core.epoch import Delivery, EpochProgress, Failure, check_state, merge_states
 from aisio.core.errors import StateMismatchError
 from aisio.core.fetch import check_epoch
 from aisio.core.report import ErrorReport
@@ -68,6 +68,8 @@ class ResumableLoader:
         self._sync = sync
         self._resume: dict[str, Any] | None = None
         self._progress: EpochProgress | None = None
+        #: the current epoch's underlying loader (a DataLoader2, DataLoader or nodes Loader)
+        self.current: Any = None
 
     def set_epoch(self, epoch: int) -> None:
         """Makes the next iteration epoch ``epoch`` (from its start)."""
@@ -86,7 +88,8 @@ class ResumableLoader:
         progress = self._progress
         skipped_before = len(self.report) if self.report is not None else 0
         yielded = 0
-        items = iter(self._open_epoch(epoch, resume))
+        self.current = self._open_epoch(epoch, resume)
+        items = iter(self.current)
         try:
             while True:
                 item = next(items, _END)
@@ -97,6 +100,8 @@ class ResumableLoader:
                     break  # uneven="drop": a rank ran out, every rank stops here
                 if item is _END:
                     break
+                if isinstance(item, Failure):
+                    raise item.error  # from a worker, with its type, message and fields
                 if isinstance(item, Delivery):
                     progress.record(item.positions)
                     item = item.value

@@ -31,6 +31,7 @@ from aisio.core.epoch import (
     ShardTask,
     epoch_tasks,
     pack,
+    ship_errors,
 )
 from aisio.core.report import ErrorReport
 from aisio.core.sources import ObjectRef, objects, resolve, resolve_one, shard_list
@@ -266,8 +267,9 @@ class Pack(IterDataPipe):
 
     def __iter__(self) -> Iterator[Delivery]:
         spec = self.spec
-        return pack(self.source, batch_size=spec.batch_size,
-                    collate=default_collate if spec.batch_size and spec.collate else None)
+        return ship_errors(pack(
+            self.source, batch_size=spec.batch_size,
+            collate=default_collate if spec.batch_size and spec.collate else None))
 
 
 def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int

@@ -69,7 +69,7 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
 
     def _samples(self) -> Iterator[dict[str, Any]]:
         fetcher = self.spec.fetcher()
-        samples = parse_streams(fetcher.streams(self.tasks), fetcher.policy)
+        samples = parse_streams(fetcher.streams(self.tasks), fetcher.policy)  # in this process
         if self.spec.shuffle_buffer:
             samples = shuffle_buffer(samples, self.spec.shuffle_buffer, random.Random(self.seed))
         return samples

@@ -66,7 +66,7 @@ class RecordingProxy(FaultProxy):
 
         return Recording
 
-    def object_gets(self) -> list[dict[str, Any]]:
+    def recorded_gets(self) -> list[dict[str, Any]]:
         """Returns the GETs of objects, in order."""
         with self._log_lock:
             return [dict(r) for r in self.log if r["method"] == "GET" and r["object"]]

@@ -323,7 +323,7 @@ def test_resume_reads_partial_shards_from_their_offset(data: Data, tmp_path: Pat
     _exactly_once(_checkpointed([run1], ckpt) + _epoch(_keys(run2), 0), data)
 
     gets: dict[str, list[dict[str, Any]]] = {}
-    for record in second.object_gets():
+    for record in second.recorded_gets():
         gets.setdefault(record["object"], []).append(record)
     for shard in done:
         assert data.names[shard] not in gets, f"finished shard {shard} was read again"
@@ -350,9 +350,9 @@ def test_resume_reads_partial_shards_from_their_offset(data: Data, tmp_path: Pat
     delivered = sum(data.spans(s)[0] for s in done) + sum(
         p[1] + sum(data.spans(s)[1][o][1] - data.spans(s)[1][o][0] for o, _ in p[2])
         for s, p in partial.items())
-    fetched_by_ckpt = sum(n for r in first.object_gets() for t, n in r["writes"]
+    fetched_by_ckpt = sum(n for r in first.recorded_gets() for t, n in r["writes"]
                           if t <= ckpt["time"])
-    fetched_total = sum(r["bytes"] for r in first.object_gets())
+    fetched_total = sum(r["bytes"] for r in first.recorded_gets())
     print(f"\n[{kind}] checkpoint at step {ckpt['step']}: {state['delivered']} samples "
           f"delivered, {len(done)} shard(s) done, {len(partial)} in progress; "
           f"bytes of delivered samples {delivered}")
