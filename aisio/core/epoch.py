@@ -106,8 +106,8 @@ def ship_errors(items: Iterable[Any]) -> Iterator[Any]:
         yield from items
     except AISIOError as exc:
         if multiprocessing.parent_process() is not None:  # (add_note is Python >= 3.11)
-            exc.__notes__ = [*getattr(exc, "__notes__", []),
-                             f"raised in worker process {os.getpid()}"]
+            notes = [*getattr(exc, "__notes__", []), f"raised in worker process {os.getpid()}"]
+            setattr(exc, "__notes__", notes)  # noqa: B010 - typeshed has no __notes__ on 3.10
         yield Failure(exc)
 
 
