@@ -109,9 +109,9 @@ class AISFileLister(_AISDataPipe):
         check_templates: verify that every name of a template exists.
 
     Example:
-        >>> from torchdata.datapipes.iter import IterableWrapper
-        >>> names = AISFileLister(["ais://bucket/train/"], url=endpoint)      # doctest: +SKIP
-        >>> names = IterableWrapper(["ais://bucket"]).ais_list_files(url=endpoint)  # doctest: +SKIP
+        >>> from torch.utils.data.datapipes.iter import IterableWrapper
+        >>> names = AISFileLister(["ais://bucket/train/"], endpoint=ep)       # doctest: +SKIP
+        >>> names = IterableWrapper(["ais://bucket"]).ais_list_files(endpoint=ep)  # doctest: +SKIP
     """
 
     def __init__(
