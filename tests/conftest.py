@@ -86,6 +86,20 @@ def bucket(ais_client: Client) -> Iterator[Bucket]:
         ais_client.destroy_bucket(bck)
 
 
+def tar_bytes(members: list[tuple[str, bytes]], tail: bytes = b"") -> bytes:
+    """Returns a ustar archive of ``(name, data)`` members, with ``tail`` appended after it."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue() + tail
+
+
 def sample_keys(samples: object) -> list[str]:
     """Returns the ``__key__`` of every sample a pipe or loader yields, in order."""
     return [s["__key__"] for s in samples]  # type: ignore[attr-defined]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import tarfile
 from collections import Counter
 from pathlib import Path
 
@@ -13,17 +12,7 @@ from PIL import Image
 import aisio
 from aisio.core.client import Client
 from aisio.core.urls import AISPath, Bucket
-from tests.conftest import default_loader, write_shards
-
-
-def _tar(members: list[tuple[str, bytes]]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+from tests.conftest import default_loader, tar_bytes, write_shards
 
 
 def _jpeg() -> bytes:
@@ -34,11 +23,11 @@ def _jpeg() -> bytes:
 
 GOOD = [(f"k{i}.bin", b"x" * 700) for i in range(4)]
 BAD_SHARDS = {
-    "truncated": _tar(GOOD)[:2300],  # inside the second member's data (2048..2748)
-    "corrupt-header": (lambda raw: raw[:1536] + b"\xff" * 20 + raw[1556:])(_tar(GOOD)),
+    "truncated": tar_bytes(GOOD)[:2300],  # inside the second member's data (2048..2748)
+    "corrupt-header": (lambda raw: raw[:1536] + b"\xff" * 20 + raw[1556:])(tar_bytes(GOOD)),
     "not-a-tar": _jpeg(),
     "zero-bytes": b"",
-    "duplicate-suffix": _tar([("a.bin", b"1"), ("a.cls", b"2"), ("a.bin", b"3")]),
+    "duplicate-suffix": tar_bytes([("a.bin", b"1"), ("a.cls", b"2"), ("a.bin", b"3")]),
 }
 
 

@@ -3,10 +3,8 @@ object (not by host and port), and whole shards however long their end-of-archiv
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,21 +13,12 @@ import pytest
 import aisio
 from aisio.core.client import Client
 from aisio.core.urls import AISPath, Bucket
+from tests.conftest import tar_bytes
 from tests.faultproxy import fault_proxy
 
 
-def _tar(members: list[tuple[str, bytes]], tail: bytes = b"") -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue() + tail
-
-
 def _shard(tag: bytes, count: int = 4) -> bytes:
-    return _tar([(f"k{i}.bin", tag * 700) for i in range(count)])
+    return tar_bytes([(f"k{i}.bin", tag * 700) for i in range(count)])
 
 
 def _read(bucket: Bucket, endpoint: str, cache: aisio.ShardCache,
@@ -87,7 +76,7 @@ def test_a_cluster_on_another_port_hits_the_same_entries(ais_endpoint: str, ais_
 
 def test_a_long_tail_after_the_end_of_archive_is_still_cached(
         ais_endpoint: str, ais_client: Client, bucket: Bucket, cache: aisio.ShardCache) -> None:
-    raw = _tar([(f"k{i}.bin", b"a" * 700) for i in range(4)], tail=b"\0" * (3 << 20))
+    raw = tar_bytes([(f"k{i}.bin", b"a" * 700) for i in range(4)], tail=b"\0" * (3 << 20))
     ais_client.put_object(AISPath(bucket, "s.tar"), raw)
     first = _read(bucket, ais_endpoint, cache)
     assert len(first) == 4

@@ -3,12 +3,10 @@ shutdown, and errors raised in a worker reaching the training loop intact."""
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import subprocess
 import sys
-import tarfile
 import textwrap
 import threading
 import time
@@ -20,7 +18,7 @@ import pytest
 import aisio
 from aisio.core.client import Client
 from aisio.core.urls import AISPath, Bucket
-from tests.conftest import default_loader, needs_dataloader2, write_shards
+from tests.conftest import default_loader, needs_dataloader2, tar_bytes, write_shards
 from tests.faultproxy import fault_proxy
 
 
@@ -183,19 +181,11 @@ def test_closing_a_pipe_while_its_threads_stall_returns_fast(
         time.sleep(0.05)
 
 
-def _tar(members: list[tuple[str, bytes]]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def test_a_worker_error_arrives_intact(ais_endpoint: str, ais_client: Client,
                                        bucket: Bucket) -> None:
-    raw = _tar([(f"k{i}.bin", b"x" * 700) for i in range(4)])[:2300]  # cut in k1.bin's data
+    raw = tar_bytes([(f"k{i}.bin", b"x" * 700) for i in range(4)])[:2300]  # cut in k1.bin's data
     ais_client.put_object(AISPath(bucket, "truncated.tar"), raw)
     shard = bucket.uri("truncated.tar")
     loader = default_loader(shard, url=ais_endpoint, num_workers=2)
