@@ -241,8 +241,11 @@ class EpochProgress:
 
 
 def epoch_tasks(shards: Sequence[ObjectRef], seed: int | None, epoch: int, *, shuffle: bool,
-                resume: EpochProgress | None = None) -> list[ShardTask]:
-    """Returns an epoch's task list: every shard from its start, or what ``resume`` left."""
+                resume: EpochProgress | dict[str, Any] | None = None) -> list[ShardTask]:
+    """Returns an epoch's task list: every shard from its start, or what ``resume`` (a
+    progress, or a saved state) left of this epoch."""
+    if isinstance(resume, dict):
+        resume = EpochProgress.from_state(resume, shards) if resume["epoch"] == epoch else None
     if resume is not None and resume.epoch == epoch:
         return resume.tasks(shards, shuffle=shuffle)
     return [ShardTask(i, shards[i]) for i in shard_order(len(shards), seed, epoch,

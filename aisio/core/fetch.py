@@ -67,19 +67,24 @@ class ErrorPolicy:
     def __post_init__(self) -> None:
         check_on_error(self.on_error)
 
-    def handle(self, error: AISIOError, shard: str, *, samples: int | None = None) -> None:
-        """Raises ``error``, or records it as a skipped shard (or the rest of one) and returns.
+    def handle(self, error: AISIOError, shard: str | None, *, samples: int | None = None,
+               sample: str | None = None) -> None:
+        """Raises ``error``, or records it as skipped and returns: a shard, the rest of one, or
+        (with ``sample``) one sample.
 
         Args:
             error: what went wrong; its ``offset`` (if any) says where reading stopped.
             shard: the shard's name.
             samples: how many samples of the shard were yielded before the error.
+            sample: the key of the one sample skipped.
         """
         if self.on_error == "raise" or not is_skippable(error):
             raise error
         self.report.record(error, shard=shard, samples=samples)
         partly = bool(getattr(error, "offset", None)) or bool(samples)
-        message = f"aisio skipped {'the rest of ' if partly else ''}{shard}: {error}"
+        what = (f"sample {sample!r} of " if sample is not None
+                else "the rest of " if partly else "")
+        message = f"aisio skipped {what}{shard}: {error}"
         if self.on_error == "warn":
             warnings.warn(message, stacklevel=3)
         log.info("%s", message)

@@ -10,20 +10,15 @@ pickle, a missing optional package) are raised whatever the policy.
 
 from __future__ import annotations
 
-import logging
 import time
-import warnings
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from aisio.core import timing
 from aisio.core.decode import Decoder, SampleError, field_names, to_tuple
+from aisio.core.fetch import ErrorPolicy, OnError
 from aisio.core.report import ErrorReport
 from aisio.core.timing import StageTimes
-
-log = logging.getLogger("aisio")
-
-OnError = Literal["raise", "warn", "skip"]
 
 
 class _Skipped:
@@ -72,12 +67,11 @@ class SampleStage:
     def __init__(self, decoder: Decoder | None = None, fields: Any = None, *,
                  on_error: OnError = "raise", report: ErrorReport | None = None,
                  times: StageTimes | None = None) -> None:
-        if on_error not in ("raise", "warn", "skip"):
-            raise ValueError(f"on_error={on_error!r} must be 'raise', 'warn' or 'skip'")
         self.decoder = decoder
         self.fields = None if fields is None else field_names(fields, what="tuple_fields")
+        self.policy = ErrorPolicy(on_error, report if report is not None else ErrorReport())
         self.on_error = on_error
-        self.report = report if report is not None else ErrorReport()
+        self.report = self.policy.report
         self.times = times
 
     def __repr__(self) -> str:
@@ -94,21 +88,10 @@ class SampleStage:
                 out = to_tuple(out, *self.fields)
             return out
         except SampleError as exc:
-            if self.on_error == "raise":
-                raise
-            self._skip(exc, sample)
+            self.policy.handle(exc, sample.get("__url__"), sample=sample.get("__key__"))
             return SKIPPED
         finally:
             timing.add("decode", time.perf_counter() - start)
             timing.flush()
-
-    def _skip(self, error: SampleError, sample: Mapping[str, Any]) -> None:
-        shard = sample.get("__url__")
-        self.report.record(error, shard=shard)
-        message = f"aisio skipped sample {sample.get('__key__')!r} of {shard}: {error}"
-        if self.on_error == "warn":
-            warnings.warn(message, stacklevel=3)
-        log.info("%s", message)
-
 
 __all__ = ["SKIPPED", "OnError", "SampleStage", "is_kept"]

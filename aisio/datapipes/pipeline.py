@@ -26,7 +26,6 @@ from aisio.core.decode import Decoder, to_tuple
 from aisio.core.decode import tuple_fields as _tuple_fields
 from aisio.core.epoch import (
     Delivery,
-    EpochProgress,
     Positioned,
     ShardTask,
     epoch_tasks,
@@ -247,11 +246,8 @@ class ShardTasks(IterDataPipe):
         self.resume: dict[str, Any] | None = None
 
     def __iter__(self) -> Iterator[ShardTask]:
-        progress = None
-        if self.resume is not None and self.resume["epoch"] == self.epoch:
-            progress = EpochProgress.from_state(self.resume, self.shards)
         yield from epoch_tasks(self.shards, self.seed, self.epoch, shuffle=self.shuffled,
-                               resume=progress)
+                               resume=self.resume)
 
     def __len__(self) -> int:
         return len(self.shards)

@@ -7,6 +7,7 @@ lazily in whichever process iterates it, so the DataPipes pickle into worker pro
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -62,6 +63,7 @@ class _AISDataPipe(IterDataPipe):
         )
 
 
+@functools.cache
 def _fix_dataloader2() -> None:
     """Installs aisio's fix of DataLoader2's multiprocessing round robin (torchdata 0.9), so
     that any DataLoader2 over aisio DataPipes, hand-made ones too, survives workers that yield

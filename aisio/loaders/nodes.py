@@ -121,11 +121,8 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
         collate = None
 
     def open_epoch(epoch: int, resume: dict[str, Any] | None) -> Any:
-        from aisio.core.epoch import EpochProgress
-
-        progress = EpochProgress.from_state(resume, refs) if resume is not None else None
         tasks = epoch_tasks(refs, run_seed, epoch, shuffle=spec.shuffle_shards,
-                            resume=progress)[rank::world]
+                            resume=resume)[rank::world]
         node: Any = ShardSamples(tasks, spec, seed=epoch_seed(run_seed, epoch) + rank)
         stage = Positioned(spec.stage())  # decode and tuple, keeping each sample's position
         node = (ParallelMapper(node, stage, num_workers=num_workers, method=method)

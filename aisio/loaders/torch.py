@@ -48,7 +48,6 @@ def _loader(loader_class: type, shards: Any, *, num_workers: int, seed: int | No
     run_seed = shared_seed(seed)
     pipe, tasks = epoch_pipe(refs, spec, seed=run_seed)
     sync = drop_sync(uneven)
-    current: list[Any] = []
 
     def open_epoch(epoch: int, resume: dict[str, Any] | None) -> Any:
         tasks.epoch, tasks.resume = epoch, resume
@@ -58,15 +57,11 @@ def _loader(loader_class: type, shards: Any, *, num_workers: int, seed: int | No
         if num_workers:
             options = {"prefetch_factor": prefetch_factor or 2, "persistent_workers": False,
                        "worker_init_fn": _seed_worker}
-        loader = loader_class(pipe, batch_size=None, num_workers=num_workers,
-                              collate_fn=_as_is, generator=generator, **options)
-        current[:] = [loader]
-        return loader
+        # Its worker processes end with its iterator: nothing to close.
+        return loader_class(pipe, batch_size=None, num_workers=num_workers,
+                            collate_fn=_as_is, generator=generator, **options)
 
-    def close() -> None:
-        current.clear()  # worker processes end with the DataLoader's iterator
-
-    return ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch, close=close,
+    return ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
                            report=spec.report, timings=spec.times, sync=sync)
 
 
