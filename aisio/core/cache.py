@@ -34,7 +34,7 @@ import xxhash
 from aisio.core.client import ReadStream, client_for
 from aisio.core.config import AISConfig
 from aisio.core.errors import AISIOError, ConfigError
-from aisio.core.urls import parse_object_url
+from aisio.core.etl import parse_read_url
 
 if TYPE_CHECKING:
     from aisio.core.client import Client
@@ -72,7 +72,7 @@ class ShardCache:
     @staticmethod
     def key(url: str) -> str:
         """Returns the object-and-ETL part of the key of GET ``url`` (no host, no port)."""
-        _, path, etl = parse_object_url(url)
+        _, path, etl = parse_read_url(url)
         transform = json.dumps(etl.query(), sort_keys=True) if etl is not None else ""
         return f"{path.uri()}\n{transform}"
 
@@ -91,7 +91,7 @@ class ShardCache:
                 endpoint with default settings; pass the loader's for tokens and TLS).
         """
         try:
-            endpoint, path, _ = parse_object_url(url)
+            endpoint, path, _ = parse_read_url(url)
             client = client or client_for(AISConfig(endpoint=endpoint))
             version = client.object_version(path)
         except AISIOError as exc:  # the GET that follows reports it properly

@@ -36,9 +36,10 @@ from aisio.core.errors import (
     ObjectNotFoundError,
     is_skippable,
 )
+from aisio.core.etl import read_url
 from aisio.core.report import ErrorReport
 from aisio.core.sources import ObjectRef, objects, resolve_one
-from aisio.core.urls import ETL, object_url
+from aisio.core.urls import ETL
 
 log = logging.getLogger("aisio")
 
@@ -175,7 +176,7 @@ class Fetcher:
 
     def url(self, ref: ObjectRef) -> str:
         """Returns the object's GET URL, with its ETL (else this fetcher's)."""
-        return object_url(self.client(ref).endpoint, ref.path, self.etl_of(ref))
+        return read_url(self.client(ref).endpoint, ref.path, self.etl_of(ref))
 
     def etl_of(self, ref: ObjectRef) -> ETL | None:
         """Returns the ETL an object is read through: its own, else this fetcher's."""
