@@ -156,7 +156,8 @@ class AISSourceLister(_AISDataPipe):
     """Yields the HTTP GET URL of every object the sources name, with the ETL in the query.
 
     The URLs work with any HTTP client, with ``webdataset.WebDataset`` and with
-    :class:`AISFileLoader`.
+    :class:`AISFileLoader`. An ETL that runs as a local process beside the cluster
+    (:mod:`aisio.localetl`) gets URLs of its own server (see :func:`aisio.core.etl.read_url`).
 
     Args:
         ais_sources: sources as for :class:`AISFileLister` (alone, a list or an IterDataPipe).

@@ -17,7 +17,7 @@ from PIL import Image
 import aisio
 from aisio import localetl
 from aisio.core.client import Client
-from aisio.core.etl import LocalETL, local_etls, registry_file, server_alive
+from aisio.core.etl import LocalETL, local_etls, read_url, registry_file, server_alive
 from aisio.core.urls import AISPath, Bucket
 from aisio.playground import Playground
 from aisio.tools.cli import main as cli
@@ -180,3 +180,14 @@ def test_playground_down_stops_its_local_etls(tmp_path: Path) -> None:
         time.sleep(0.05)
     assert not server_alive(server.pid)
     assert not registry_file(endpoint).exists() and local_etls(endpoint) == {}
+
+
+def test_a_read_from_an_offset_through_a_local_etl_skips_to_it(
+        upper: LocalETL, shards: str, ais_endpoint: str, ais_client: Client,
+        bucket: Bucket) -> None:
+    # A resumed shard opens at its saved offset; an ETL answers whole, so the reader skips ahead.
+    path, etl = AISPath(bucket, "text-0002.tar"), aisio.ETL(NAME)
+    whole = ais_client.get_bytes(path, etl=etl)
+    url = read_url(ais_endpoint, path, etl)
+    with ais_client.open(url, name=path.uri(), etl=etl, start=1536) as reader:
+        assert reader.read() == whole[1536:]
