@@ -124,7 +124,7 @@ def start(source: str, name: str, endpoint: str, *, config: AISConfig | None = N
     url = f"http://127.0.0.1:{port}"
     registry_dir().mkdir(parents=True, exist_ok=True)
     log = registry_file(endpoint).with_name(f"{registry_file(endpoint).stem}-{name}.log")
-    with open(log, "ab") as out:
+    with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", SERVER_MARKER, str(file), cls, str(port)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -171,12 +171,16 @@ def stop(endpoint: str, name: str) -> bool:
 
 
 def stop_all(endpoint: str) -> list[str]:
-    """Stops every local ETL of a cluster (the playground calls it on ``down``); returns names."""
+    """Stops every local ETL of a cluster and deletes their logs (the playground calls it on
+    ``down``); returns their names."""
     endpoint = endpoint.rstrip("/")
     names = sorted(local_etls(endpoint))
     for name in names:
         stop(endpoint, name)
-    registry_file(endpoint).unlink(missing_ok=True)
+    registry = registry_file(endpoint)
+    for leftover in [registry, registry.with_suffix(".lock"), *registry.parent.glob(
+            f"{registry.stem}-*.log")]:
+        leftover.unlink(missing_ok=True)
     return names
 
 

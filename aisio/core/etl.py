@@ -99,26 +99,14 @@ def server_alive(pid: int) -> bool:
     return SERVER_MARKER.encode() in cmdline
 
 
-_READ_CACHE: dict[Path, tuple[tuple[int, int], dict[str, LocalETL]]] = {}
-
-
 def _read(path: Path) -> dict[str, LocalETL]:
-    """Returns the entries of a registry file (cached while the file is unchanged)."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return {}
-    stamp = (stat.st_mtime_ns, stat.st_size)
-    cached = _READ_CACHE.get(path)
-    if cached is not None and cached[0] == stamp:
-        return cached[1]
+    """Returns the entries of a registry file (read each time: it is small, and a cache keyed by
+    modification time could miss a rewrite within the same clock tick)."""
     try:
         doc: Any = json.loads(path.read_text())
-        entries = {name: LocalETL(**info) for name, info in doc.get("etls", {}).items()}
+        return {name: LocalETL(**info) for name, info in doc.get("etls", {}).items()}
     except (OSError, ValueError, TypeError, AttributeError):
-        entries = {}
-    _READ_CACHE[path] = (stamp, entries)
-    return entries
+        return {}
 
 
 def local_etls(endpoint: str) -> dict[str, LocalETL]:

@@ -11,10 +11,10 @@ from aistore.sdk.etl.webserver.http_multi_threaded_server import HTTPMultiThread
 
 class UpperText(HTTPMultiThreadedServer):
     """Upper-cases the ``.txt`` members of a tar shard (``etl_args`` is appended to each); other
-    members are kept as they are. A shard whose name holds ``bad`` makes the transform raise."""
+    members are kept as they are. A shard named ``bad-*`` makes the transform raise."""
 
     def transform(self, data: bytes, path: str, etl_args: str) -> bytes:
-        if "bad" in path:
+        if path.rsplit("/", 1)[-1].startswith("bad-"):
             raise ValueError(f"refusing {path}: this shard is marked bad")
         out = io.BytesIO()
         with tarfile.open(fileobj=io.BytesIO(data)) as src, \

@@ -180,6 +180,7 @@ def test_playground_down_stops_its_local_etls(tmp_path: Path) -> None:
         time.sleep(0.05)
     assert not server_alive(server.pid)
     assert not registry_file(endpoint).exists() and local_etls(endpoint) == {}
+    assert not list(registry_file(endpoint).parent.glob(f"{registry_file(endpoint).stem}*"))
 
 
 def test_a_read_from_an_offset_through_a_local_etl_skips_to_it(
