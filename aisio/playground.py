@@ -28,6 +28,7 @@ from typing import Any
 
 from aisio.core.config import cache_dir
 from aisio.core.errors import PlaygroundError
+from aisio.core.etl import local_etls
 
 AISTORE_MODULE = "github.com/NVIDIA/aistore"
 AISTORE_VERSION = "v1.5.0"
@@ -434,8 +435,12 @@ class Playground:
             return {"running": False, "root": str(self.root)}
         nodes = [{"name": n.name, "pid": n.pid, "port": n.port, "alive": _is_aisnode(n.pid)}
                  for n in self.nodes]
+        assert self.endpoint
+        etls = [{"name": e.name, "pid": e.pid, "url": e.url, "source": e.source}
+                for e in local_etls(self.endpoint).values()]
         return {"running": any(n["alive"] for n in nodes), "ready": self.ready(),
-                "endpoint": self.endpoint, "root": str(self.root), "nodes": nodes}
+                "endpoint": self.endpoint, "root": str(self.root), "nodes": nodes,
+                "local_etls": etls}
 
     def kill_node(self, name: str) -> Node:
         """Stops one node abruptly (SIGKILL), for failure tests; returns it for :meth:`restart`."""

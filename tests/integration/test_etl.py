@@ -173,6 +173,7 @@ def test_playground_down_stops_its_local_etls(tmp_path: Path) -> None:
         assert server_alive(server.pid)
         assert json.loads(registry_file(endpoint).read_text())["etls"]["identity"]["pid"] == \
             server.pid
+        assert [e["name"] for e in playground.status()["local_etls"]] == ["identity"]
     finally:
         playground.down(wipe=True, quiet=True)
     deadline = time.monotonic() + 5
