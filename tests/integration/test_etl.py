@@ -4,6 +4,7 @@ server goes down with the playground."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import time
@@ -193,3 +194,17 @@ def test_a_read_from_an_offset_through_a_local_etl_skips_to_it(
     url = read_url(ais_endpoint, path, etl)
     with ais_client.open(url, name=path.uri(), etl=etl, start=1536) as reader:
         assert reader.read() == whole[1536:]
+
+
+def test_a_framework_that_is_not_installed_is_named(ais_endpoint: str, tmp_path: Path) -> None:
+    pytest.importorskip("aistore")
+    if importlib.util.find_spec("fastapi") is not None:
+        pytest.skip("fastapi is installed here")
+    source = tmp_path / "fast_etl.py"
+    source.write_text("from aistore.sdk.etl.webserver.fastapi_server import FastAPIServer\n\n"
+                      "class Echo(FastAPIServer):\n"
+                      "    def transform(self, data, path, etl_args):\n"
+                      "        return data\n")
+    with pytest.raises(aisio.PlaygroundError, match="pip install fastapi"):
+        localetl.start(f"{source}:Echo", "fast-echo", ais_endpoint)
+    assert "fast-echo" not in local_etls(ais_endpoint)
