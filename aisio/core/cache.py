@@ -122,15 +122,15 @@ class ShardCache:
         return _Bounded(handle, size)
 
     # ---- writing ---------------------------------------------------------------------------
-    def filling(self, url: str, source: Any) -> Any:
+    def filling(self, url: str, source: Any, version: str | None = None) -> Any:
         """Returns a stream over ``source`` that also writes the shard into the cache.
 
-        ``source`` should have a ``version`` (an :class:`~aisio.core.client.ObjectReader`
-        does): the entry is kept under it once the shard was read to the end.
+        The entry is kept, once the shard was read to the end, under ``version``, else the
+        ``version`` of ``source`` (an :class:`~aisio.core.client.ObjectReader` has one).
         """
         if self._failed:
             return source
-        return _Tee(self, url, source)
+        return _Tee(self, url, source, version)
 
     def store(self, url: str, data: bytes, version: str | None) -> None:
         """Caches a shard that was read whole, as version ``version`` (None: not cached)."""
@@ -243,11 +243,13 @@ class _Tee(ReadStream):
     #: Tells a reader that the rest of the stream is wanted to the end (to cache it whole).
     caching = True
 
-    def __init__(self, cache: ShardCache, url: str, source: Any) -> None:
+    def __init__(self, cache: ShardCache, url: str, source: Any,
+                 version: str | None = None) -> None:
         super().__init__()
         self.cache = cache
         self.url = url
         self.source = source
+        self.version = version
         self.sink: IO[bytes] | None = None
         self.digest = xxhash.xxh3_64()
         self.tmp: Path | None = None
@@ -268,7 +270,7 @@ class _Tee(ReadStream):
                 self.sink.write(data)
                 self.digest.update(data)
             elif size != 0:  # the end of the shard: keep it
-                version = getattr(self.source, "version", None)
+                version = self.version or getattr(self.source, "version", None)
                 if version is None:
                     self._discard()
                     return data

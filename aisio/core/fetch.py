@@ -15,6 +15,7 @@ framework::
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import warnings
@@ -190,14 +191,20 @@ class Fetcher:
             AISIOError: the object cannot be read (missing, refused, cluster down after retries).
         """
         url = self.url(ref)
+        etl = self.etl_of(ref)
+        version = None
         if start == 0 and self.cache is not None:
             cached = self.cache.open(url, self.client(ref))
             if cached is not None:
                 return cached  # type: ignore[return-value]
-        reader = self.client(ref).open(url, name=ref.path.uri(), etl=self.etl_of(ref),
-                                       start=start)
+            if etl is not None:
+                # An ETL's answer names no version: keep it under the version of the object it
+                # transforms, asked before the read (a newer object then never matches it).
+                with contextlib.suppress(AISIOError):
+                    version = self.client(ref).object_version(ref.path)
+        reader = self.client(ref).open(url, name=ref.path.uri(), etl=etl, start=start)
         if start == 0 and self.cache is not None:
-            return self.cache.filling(url, reader)
+            return self.cache.filling(url, reader, version)
         return reader  # type: ignore[return-value]
 
     def streams(self, items: Iterable[Any]) -> Iterator[tuple[Any, IO[bytes]]]:

@@ -22,7 +22,7 @@ from aisio.core.etl import LocalETL, local_etls, read_url, registry_file, server
 from aisio.core.urls import AISPath, Bucket
 from aisio.playground import Playground
 from aisio.tools.cli import main as cli
-from tests.conftest import LOADERS, sample_keys
+from tests.conftest import LOADERS, default_loader, sample_keys
 
 CLASSES = Path(__file__).with_name("etl_classes.py")
 NAME = "upper-text"
@@ -208,3 +208,29 @@ def test_a_framework_that_is_not_installed_is_named(ais_endpoint: str, tmp_path:
     with pytest.raises(aisio.PlaygroundError, match="pip install fastapi"):
         localetl.start(f"{source}:Echo", "fast-echo", ais_endpoint)
     assert "fast-echo" not in local_etls(ais_endpoint)
+
+
+def test_loaders_skip_a_shard_the_transform_refuses_and_report_it(
+        upper: LocalETL, shards: str, ais_endpoint: str, bucket: Bucket) -> None:
+    both = bucket.uri("{text-0000,bad-0000,text-0001}.tar")
+    loader = default_loader(both, endpoint=ais_endpoint, etl=NAME, tuple_fields=("txt",),
+                            batch_size=4, collate=False, num_workers=2, seed=0, on_error="skip")
+    texts = [t for batch in loader for (t,) in batch]
+    assert len(texts) == 8 and all(t == t.upper() for t in texts)
+    assert loader.report is not None
+    (record,) = loader.report.records()
+    assert record["shard"].endswith("bad-0000.tar") and "marked bad" in record["reason"]
+
+
+def test_the_shard_cache_keeps_what_a_local_etl_returned(
+        shards: str, ais_endpoint: str, tmp_path: Path) -> None:
+    cache = aisio.ShardCache(tmp_path / "cache", max_bytes=10**8)
+    with localetl.running(f"{CLASSES}:UpperText", NAME, ais_endpoint, replace=True):
+        first = _texts(aisio.AISFileLoader(shards, endpoint=ais_endpoint, etl=NAME,
+                                           cache=cache).ais_parse_webdataset())
+    assert len(list(cache.directory.glob("*.shard"))) == 3
+    # the server is gone: the transformed shards come from the cache (checked against the
+    # cluster's version of each object), not from the cluster, which has no such ETL
+    again = _texts(aisio.AISFileLoader(shards, endpoint=ais_endpoint, etl=NAME,
+                                       cache=cache).ais_parse_webdataset())
+    assert again == first and all(t == t.upper() for t in again)
