@@ -7,7 +7,8 @@ The layout (each part imports only the ones above it):
 - :mod:`aisio.datapipes`: the DataPipes front end (``AISFileLister``, ``AISFileLoader``, ...)
   and the DataLoader2 pipeline.
 - :mod:`aisio.tools`: the ``aisio`` command and the Jupyter views (``aisio.tools.ls``, ...).
-- :mod:`aisio.playground`: a local AIStore (one proxy, N targets on 127.0.0.1) for tests and demos.
+- :mod:`aisio.playground`: a local AIStore (one proxy, N targets on 127.0.0.1) for tests and demos;
+  :mod:`aisio.localetl` runs an AIStore SDK ETL class beside it.
 
 Example:
     >>> import aisio                                                        # doctest: +SKIP
@@ -34,6 +35,7 @@ from aisio.core.errors import (
     DecodeError,
     EmptyEpochError,
     ETLNotFoundError,
+    ETLTransformError,
     ETLUnavailableError,
     InvalidURLError,
     LoaderUnavailableError,
@@ -51,6 +53,7 @@ from aisio.core.report import ErrorReport
 from aisio.core.urls import ETL
 
 if TYPE_CHECKING:
+    from aisio import localetl as localetl
     from aisio import playground as playground
     from aisio import tools as tools
     from aisio.datapipes import (
@@ -108,6 +111,7 @@ __all__ = [
     "Decoder",
     "ETL",
     "ETLNotFoundError",
+    "ETLTransformError",
     "ETLUnavailableError",
     "EmptyEpochError",
     "ErrorReport",
@@ -140,8 +144,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    if name in ("tools", "playground"):
-        # The tools and the playground are not the library: imported on first use only.
+    if name in ("tools", "playground", "localetl"):
+        # The tools, the playground and its ETL runtime are not the library: imported on first
+        # use only.
         import importlib
 
         return importlib.import_module(f"aisio.{name}")

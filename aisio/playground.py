@@ -26,7 +26,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from aisio.core.config import cache_dir
 from aisio.core.errors import PlaygroundError
+from aisio.core.etl import local_etls
 
 AISTORE_MODULE = "github.com/NVIDIA/aistore"
 AISTORE_VERSION = "v1.5.0"
@@ -44,14 +46,6 @@ Log = Callable[[str], None]
 
 def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def cache_dir() -> Path:
-    """Returns aisio's cache directory (``$AISIO_CACHE_DIR``, else ``~/.cache/aisio``)."""
-    explicit = os.environ.get("AISIO_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "aisio"
 
 
 def default_playground_dir() -> Path:
@@ -406,6 +400,12 @@ class Playground:
         """Stops every node (SIGTERM, then SIGKILL after ``timeout``); ``wipe`` deletes the data."""
         if not self.nodes:
             self._load_state()
+        if self.endpoint:  # the local ETLs that read from this cluster go first
+            from aisio.localetl import stop_all
+
+            stopped = stop_all(self.endpoint)
+            if stopped and not quiet:
+                self.log(f"aisio: stopped local ETL(s) {', '.join(stopped)}")
         alive = [n for n in self.nodes if _is_aisnode(n.pid)]
         for node in reversed(alive):  # targets first, the primary proxy last
             with contextlib.suppress(ProcessLookupError):
@@ -435,8 +435,12 @@ class Playground:
             return {"running": False, "root": str(self.root)}
         nodes = [{"name": n.name, "pid": n.pid, "port": n.port, "alive": _is_aisnode(n.pid)}
                  for n in self.nodes]
+        assert self.endpoint
+        etls = [{"name": e.name, "pid": e.pid, "url": e.url, "source": e.source}
+                for e in local_etls(self.endpoint).values()]
         return {"running": any(n["alive"] for n in nodes), "ready": self.ready(),
-                "endpoint": self.endpoint, "root": str(self.root), "nodes": nodes}
+                "endpoint": self.endpoint, "root": str(self.root), "nodes": nodes,
+                "local_etls": etls}
 
     def kill_node(self, name: str) -> Node:
         """Stops one node abruptly (SIGKILL), for failure tests; returns it for :meth:`restart`."""

@@ -6,8 +6,10 @@ builds such URLs for any HTTP reader (``webdataset.WebDataset`` among them), and
 ``AISFileLoader(..., etl=...)`` reads through them.
 
 ETL transformers are pods, so they need AIStore deployed on Kubernetes: there one starts an ETL
-(``ais etl init ...`` or the SDK's ``client.etl(name).init(...)``) and every URL below returns
-transformed shards. The local node has no ETL runtime; it answers such reads with HTTP 501 (or 404
+(``aisio etl init FILE:CLASS --name N``, ``ais etl init ...`` or the SDK's
+``client.etl(name).init_class(...)``) and every URL below returns transformed shards. The local
+node has no ETL runtime; unless an ETL of that name runs as a local process beside it
+(``examples/etl_resize.py``, ``aisio etl init``), it answers such reads with HTTP 501 (or 404
 naming the ETL when it is built with ETL support), which aisio raises as
 ``ETLUnavailableError`` (``ETLNotFoundError``) naming the ETL. Plain reads keep working.
 
@@ -66,9 +68,10 @@ def run(endpoint: str, bucket: str, etl: aisio.ETL) -> Outcome:
         transformed = list(aisio.AISFileLoader(urls, endpoint=endpoint).ais_parse_webdataset())
     except (aisio.ETLUnavailableError, aisio.ETLNotFoundError) as exc:
         print(f"with the ETL: {type(exc).__name__}: {exc}")
-        print("  On AIStore deployed on Kubernetes, start the ETL first (`ais etl init` with a "
-              "transformer image or code, or the SDK's client.etl(name).init(...)); then these "
-              "URLs stream transformed shards.")
+        print("  On AIStore deployed on Kubernetes, start the ETL first (`aisio etl init "
+              "FILE:CLASS --name N`, or the SDK's client.etl(name).init_class(...)); on a cluster "
+              "on this machine the same command runs it as a local process "
+              "(examples/etl_resize.py); then these URLs stream transformed shards.")
         return Outcome(urls, len(plain), exc)
     print(f"with the ETL: {len(transformed)} transformed samples")
     return Outcome(urls, len(plain), None)

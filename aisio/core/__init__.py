@@ -3,7 +3,8 @@
 Nothing here imports torch's data loading, torchdata or the command line; the front ends
 (:mod:`aisio.datapipes`, ...) are thin layers over these modules.
 
-- :mod:`~aisio.core.urls`: ``ais://`` names, templates, object URLs, ETL query parameters.
+- :mod:`~aisio.core.urls`: ``ais://`` names, templates, object URLs, ETL query parameters;
+  :mod:`~aisio.core.etl`: where a read through an ETL goes (a local ETL server or the cluster).
 - :mod:`~aisio.core.sources`: the one owner of "what does this source name?".
 - :mod:`~aisio.core.config`: :class:`AISConfig`, from arguments and the environment.
 - :mod:`~aisio.core.errors`: the exception tree; :mod:`~aisio.core.translate` maps HTTP

@@ -34,7 +34,7 @@ import xxhash
 from aisio.core.client import ReadStream, client_for
 from aisio.core.config import AISConfig
 from aisio.core.errors import AISIOError, ConfigError
-from aisio.core.urls import parse_object_url
+from aisio.core.etl import parse_read_url
 
 if TYPE_CHECKING:
     from aisio.core.client import Client
@@ -72,7 +72,7 @@ class ShardCache:
     @staticmethod
     def key(url: str) -> str:
         """Returns the object-and-ETL part of the key of GET ``url`` (no host, no port)."""
-        _, path, etl = parse_object_url(url)
+        _, path, etl = parse_read_url(url)
         transform = json.dumps(etl.query(), sort_keys=True) if etl is not None else ""
         return f"{path.uri()}\n{transform}"
 
@@ -91,7 +91,7 @@ class ShardCache:
                 endpoint with default settings; pass the loader's for tokens and TLS).
         """
         try:
-            endpoint, path, _ = parse_object_url(url)
+            endpoint, path, _ = parse_read_url(url)
             client = client or client_for(AISConfig(endpoint=endpoint))
             version = client.object_version(path)
         except AISIOError as exc:  # the GET that follows reports it properly
@@ -122,15 +122,15 @@ class ShardCache:
         return _Bounded(handle, size)
 
     # ---- writing ---------------------------------------------------------------------------
-    def filling(self, url: str, source: Any) -> Any:
+    def filling(self, url: str, source: Any, version: str | None = None) -> Any:
         """Returns a stream over ``source`` that also writes the shard into the cache.
 
-        ``source`` should have a ``version`` (an :class:`~aisio.core.client.ObjectReader`
-        does): the entry is kept under it once the shard was read to the end.
+        The entry is kept, once the shard was read to the end, under ``version``, else the
+        ``version`` of ``source`` (an :class:`~aisio.core.client.ObjectReader` has one).
         """
         if self._failed:
             return source
-        return _Tee(self, url, source)
+        return _Tee(self, url, source, version)
 
     def store(self, url: str, data: bytes, version: str | None) -> None:
         """Caches a shard that was read whole, as version ``version`` (None: not cached)."""
@@ -243,11 +243,13 @@ class _Tee(ReadStream):
     #: Tells a reader that the rest of the stream is wanted to the end (to cache it whole).
     caching = True
 
-    def __init__(self, cache: ShardCache, url: str, source: Any) -> None:
+    def __init__(self, cache: ShardCache, url: str, source: Any,
+                 version: str | None = None) -> None:
         super().__init__()
         self.cache = cache
         self.url = url
         self.source = source
+        self.version = version
         self.sink: IO[bytes] | None = None
         self.digest = xxhash.xxh3_64()
         self.tmp: Path | None = None
@@ -268,7 +270,7 @@ class _Tee(ReadStream):
                 self.sink.write(data)
                 self.digest.update(data)
             elif size != 0:  # the end of the shard: keep it
-                version = getattr(self.source, "version", None)
+                version = self.version or getattr(self.source, "version", None)
                 if version is None:
                     self._discard()
                     return data

@@ -29,6 +29,7 @@ from aisio.core.errors import (
     AISRequestError,
     ObjectChangedError,
 )
+from aisio.core.etl import local_server_of, read_url
 from aisio.core.translate import (
     RETRY_STATUSES,
     TRANSIENT_EXCEPTIONS,
@@ -160,6 +161,8 @@ class Client:
                 return resp
             body = resp.headers.get("Hdr-Error") or resp.content
             resp.close()
+            # A local ETL server's 500 is the transform raising: final, never worth a retry.
+            local = local_server_of(url) if etl is not None else None
             if cluster_forming(body):
                 now = time.monotonic()
                 forming_since = forming_since or now
@@ -169,14 +172,16 @@ class Client:
                               method, name, resp.status_code, now - forming_since)
                     time.sleep(max(0.05, min(self._delay(forming - 1), 1.0)))
                     continue
-            elif resp.status_code in RETRY_STATUSES and attempt < retries:
+            elif (resp.status_code in RETRY_STATUSES and attempt < retries
+                  and not (local is not None and resp.status_code == 500)):
                 attempt += 1
                 log.debug("aisio: retry %d/%d %s %s: HTTP %d", attempt, retries, method, name,
                           resp.status_code)
                 time.sleep(self._delay(attempt - 1))
                 continue
             raise error_from_status(resp.status_code, body, url=name, what=what,
-                                    etl=etl.name if etl else None)
+                                    etl=etl.name if etl else None,
+                                    local_etl=local.log if local is not None else None)
 
     # ---- buckets ---------------------------------------------------------------------------
     def create_bucket(self, bucket: Bucket, *, exist_ok: bool = False) -> None:
@@ -243,7 +248,7 @@ class Client:
                   byte_range: tuple[int, int] | None = None) -> bytes:
         """Returns an object's bytes (or the inclusive ``byte_range``) read whole."""
         headers = {"Range": f"bytes={byte_range[0]}-{byte_range[1]}"} if byte_range else None
-        resp = self.request("GET", object_url(self.endpoint, path, etl), name=path.uri(),
+        resp = self.request("GET", read_url(self.endpoint, path, etl), name=path.uri(),
                             what="reading", etl=etl, headers=headers, ok=(200, 206))
         return resp.content
 
@@ -324,6 +329,12 @@ class ObjectReader(ReadStream):
         size = _total_size(resp)
         identity = (resp.headers.get("Ais-Version"), resp.headers.get("Ais-Checksum-Value"), size)
         if self._identity is None:
+            if self.pos and resp.status_code != 206 and self.etl is not None:
+                # An ETL's output has no byte ranges: read it from byte 0 up to the offset (the
+                # same bytes again, for a deterministic transform) and go on from there.
+                self._identity, self.size, self._resp = identity, size, resp
+                self._discard(self.pos)
+                return
             if self.pos and resp.status_code != 206:
                 resp.close()
                 raise AISRequestError(
@@ -353,6 +364,16 @@ class ObjectReader(ReadStream):
         if again.digest() != self._given.digest():
             self._drop()
             raise self._changed(f"first {self.pos} bytes read before", "different bytes now")
+
+    def _discard(self, count: int) -> None:
+        """Reads and drops the first ``count`` bytes of the answer (counted as returned)."""
+        assert self._resp is not None
+        while count:
+            chunk = self._resp.raw.read1(min(count, 1 << 20))
+            if not chunk:
+                raise ConnectionError(f"stream ended {count} bytes before byte {self.pos}")
+            self._given.update(chunk)
+            count -= len(chunk)
 
     def read(self, size: int = -1) -> bytes:
         """Returns up to ``size`` bytes (everything left for -1); ``b""`` only at the end.

@@ -6,6 +6,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -143,3 +144,11 @@ def _normalize_endpoint(endpoint: str) -> str:
     if parts.query or parts.fragment:
         raise ConfigError(f"AIStore endpoint {endpoint!r} must not have a query or fragment")
     return endpoint.strip().rstrip("/")
+
+
+def cache_dir() -> Path:
+    """Returns aisio's cache directory (``$AISIO_CACHE_DIR``, else ``~/.cache/aisio``)."""
+    explicit = os.environ.get("AISIO_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "aisio"

@@ -19,12 +19,13 @@ worker process reaches the training process intact. Four families, by what the u
     │   ├── ShardFormatError      not a tar, truncated, corrupt header (.offset, .member)
     │   ├── DecodeError           a field could not be decoded
     │   ├── ObjectChangedError    the object changed while it was read
+    │   ├── ETLTransformError     an ETL's transform raised on an object
     │   └── EmptyEpochError       every shard of an epoch was skipped: nothing was read
     ├── ClusterError          the cluster cannot serve now: never skipped, raised after retries
     │   ├── AISConnectionError    unreachable, or the connection broke and retries ran out
     │   ├── AISRequestError       refused for another reason (HTTP status in .status)
     │   │   └── AuthError             HTTP 401/403: a token is missing or rejected
-    │   └── ETLUnavailableError   the cluster has no ETL runtime (HTTP 501)
+    │   └── ETLUnavailableError   no ETL runtime: a build without ETL (HTTP 501), no Kubernetes
     ├── WorkerDiedError       a loader's worker process died unasked (OOM killer, SIGKILL)
     └── PlaygroundError       the local AIStore could not be built, started or stopped
 
@@ -116,7 +117,8 @@ class ObjectNotFoundError(NotFoundError):
 
 
 class ETLUnavailableError(ClusterError):
-    """The cluster cannot run ETL at all (a build without ETL support: HTTP 501)."""
+    """The cluster cannot run ETL at all (a build without ETL support: HTTP 501), and no local
+    ETL of that name runs beside it."""
 
 
 class ETLNotFoundError(NotFoundError):
@@ -129,6 +131,21 @@ class AISRequestError(ClusterError):
 
 class AISConnectionError(ClusterError):
     """The cluster could not be reached, or the connection broke and retries ran out."""
+
+
+class ETLTransformError(DataError):
+    """An ETL's transform failed on an object (the ETL server answered HTTP 500).
+
+    Attributes:
+        etl: the ETL's name.
+        reason: what the transform raised, as the server reported it.
+    """
+
+    def __init__(self, message: str, *, url: str | None = None, status: int | None = 500,
+                 etl: str = "", reason: str = "") -> None:
+        super().__init__(message, url=url, status=status)
+        self.etl = etl
+        self.reason = reason
 
 
 class ObjectChangedError(DataError):
@@ -221,6 +238,7 @@ __all__ = [
     "DataError",
     "DecodeError",
     "ETLNotFoundError",
+    "ETLTransformError",
     "EmptyEpochError",
     "ETLUnavailableError",
     "InvalidURLError",

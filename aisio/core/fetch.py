@@ -15,6 +15,7 @@ framework::
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import warnings
@@ -36,9 +37,10 @@ from aisio.core.errors import (
     ObjectNotFoundError,
     is_skippable,
 )
+from aisio.core.etl import read_url
 from aisio.core.report import ErrorReport
 from aisio.core.sources import ObjectRef, objects, resolve_one
-from aisio.core.urls import ETL, object_url
+from aisio.core.urls import ETL
 
 log = logging.getLogger("aisio")
 
@@ -175,7 +177,7 @@ class Fetcher:
 
     def url(self, ref: ObjectRef) -> str:
         """Returns the object's GET URL, with its ETL (else this fetcher's)."""
-        return object_url(self.client(ref).endpoint, ref.path, self.etl_of(ref))
+        return read_url(self.client(ref).endpoint, ref.path, self.etl_of(ref))
 
     def etl_of(self, ref: ObjectRef) -> ETL | None:
         """Returns the ETL an object is read through: its own, else this fetcher's."""
@@ -189,14 +191,20 @@ class Fetcher:
             AISIOError: the object cannot be read (missing, refused, cluster down after retries).
         """
         url = self.url(ref)
+        etl = self.etl_of(ref)
+        version = None
         if start == 0 and self.cache is not None:
             cached = self.cache.open(url, self.client(ref))
             if cached is not None:
                 return cached  # type: ignore[return-value]
-        reader = self.client(ref).open(url, name=ref.path.uri(), etl=self.etl_of(ref),
-                                       start=start)
+            if etl is not None:
+                # An ETL's answer names no version: keep it under the version of the object it
+                # transforms, asked before the read (a newer object then never matches it).
+                with contextlib.suppress(AISIOError):
+                    version = self.client(ref).object_version(ref.path)
+        reader = self.client(ref).open(url, name=ref.path.uri(), etl=etl, start=start)
         if start == 0 and self.cache is not None:
-            return self.cache.filling(url, reader)
+            return self.cache.filling(url, reader, version)
         return reader  # type: ignore[return-value]
 
     def streams(self, items: Iterable[Any]) -> Iterator[tuple[Any, IO[bytes]]]:

@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from aisio.core.errors import InvalidURLError, ObjectNotFoundError
+from aisio.core.etl import parse_read_url
 from aisio.core.sdk import sdk_paths
-from aisio.core.urls import ETL, AISPath, expand_template, parse_ais_url, parse_object_url
+from aisio.core.urls import ETL, AISPath, expand_template, parse_ais_url
 
 if TYPE_CHECKING:
     from aisio.core.client import Client
@@ -126,7 +127,7 @@ def resolve_one(source: Any, *, listing: bool = False) -> list[Source]:
         return [Source(source, _kind_of(source, listing=listing))]
     if isinstance(source, str):
         if source.startswith(("http://", "https://")):
-            endpoint, path, etl = parse_object_url(source)
+            endpoint, path, etl = parse_read_url(source)
             return [Source(path, "object", endpoint, etl, source)]
         path = parse_ais_url(source)
         return [Source(path, _kind_of(path, listing=listing), given=source)]

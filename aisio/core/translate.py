@@ -3,7 +3,9 @@ SDK) become aisio's typed errors. Nothing else in aisio builds an error from a s
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from typing import Any
 
 import requests
@@ -16,6 +18,7 @@ from aisio.core.errors import (
     AuthError,
     BucketNotFoundError,
     ETLNotFoundError,
+    ETLTransformError,
     ETLUnavailableError,
     ObjectNotFoundError,
 )
@@ -46,17 +49,25 @@ def cluster_forming(body: str | bytes | None) -> bool:
     return _server_message(body)[0] in FORMING_TCODES
 
 
+_HTML_MESSAGE = re.compile(r"<p>Message: (.*?)\.</p>", re.S)
+
+
 def _server_message(body: str | bytes | None) -> tuple[str, str]:
-    """Returns (tcode, message) from an AIStore JSON error body, or ("", raw text)."""
+    """Returns (tcode, message) from an error body: AIStore's JSON, an ETL server's JSON
+    ``detail`` (FastAPI) or HTML error page (http.server), else ("", raw text)."""
     if isinstance(body, bytes):
         body = body.decode("utf-8", "replace")
     body = (body or "").strip()
     try:
         info: Any = json.loads(body)
     except ValueError:
+        page = _HTML_MESSAGE.search(body)
+        if page:
+            return "", html.unescape(page.group(1))[:500]
         return "", body[:300]
     if isinstance(info, dict):
-        return str(info.get("tcode", "")), str(info.get("message", ""))[:500]
+        message = info.get("message", info.get("detail", info.get("error", "")))
+        return str(info.get("tcode", "")), str(message)[:500]
     return "", body[:300]
 
 
@@ -67,6 +78,7 @@ def error_from_status(
     url: str,
     what: str,
     etl: str | None = None,
+    local_etl: str | None = None,
 ) -> AISIOError:
     """Returns the typed error for an HTTP error answer.
 
@@ -76,13 +88,21 @@ def error_from_status(
         url: the AIS name or URL the request was about (named in the message).
         what: a short phrase for the operation, e.g. "reading", "listing".
         etl: the ETL the request named, if any.
+        local_etl: the log file of the local ETL server that answered, if one did.
     """
     tcode, server = _server_message(body)
     said = f" (server: {server})" if server else ""
+    if etl is not None and local_etl is not None and status == 500:
+        return ETLTransformError(
+            f"ETL {etl!r} failed to transform {url}: {server or 'HTTP 500'}; fix the transform "
+            f"(server log: {local_etl}) or skip such shards with on_error='skip'",
+            url=url, status=status, etl=etl, reason=server)
     if etl is not None and status == 501:
         return ETLUnavailableError(
-            f"ETL {etl!r} cannot be applied to {url}: this AIStore cluster is built without ETL "
-            "support (HTTP 501); use a cluster deployed on Kubernetes with ETL, or drop etl=",
+            f"ETL {etl!r} cannot be applied to {url}: this AIStore is built without ETL support "
+            "(HTTP 501: a node built without `-tags etl`), and no local ETL by that name runs "
+            f"beside it; start one with `aisio etl init FILE:CLASS --name {etl}` (a cluster on "
+            "this machine), deploy it on an AIStore on Kubernetes, or drop etl=",
             url=url,
             status=status,
         )
@@ -96,7 +116,9 @@ def error_from_status(
         if etl is not None and tcode != "ErrNotFound" and etl in server:
             return ETLNotFoundError(
                 f"ETL {etl!r} is not running on the cluster, so {url} cannot be read through it"
-                f"{said}; start it (`ais etl init ...`) or check its name",
+                f"{said}; AIStore runs ETLs only on Kubernetes: there start it with `aisio etl "
+                f"init FILE:CLASS --name {etl}`; a cluster on this machine runs it as a local "
+                "process (the same command); or check the name",
                 url=url,
                 status=status,
             )

@@ -15,6 +15,7 @@ from aisio.core.cache import ShardCache
 from aisio.core.client import Client, client_for
 from aisio.core.config import AISConfig, resolve_config
 from aisio.core.epoch import ShardTask
+from aisio.core.etl import read_url
 from aisio.core.fetch import ErrorPolicy, Fetcher, OnError
 from aisio.core.parse import parse_streams
 from aisio.core.report import ErrorReport
@@ -27,7 +28,7 @@ from aisio.core.sources import (
     resolve,
     resolve_one,
 )
-from aisio.core.urls import ETL, AISPath, object_url, to_etl
+from aisio.core.urls import ETL, AISPath, to_etl
 from aisio.datapipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 
 __all__ = ["AISFileLister", "AISFileLoader", "AISSourceLister", "OnError", "WebDatasetParser"]
@@ -155,7 +156,8 @@ class AISSourceLister(_AISDataPipe):
     """Yields the HTTP GET URL of every object the sources name, with the ETL in the query.
 
     The URLs work with any HTTP client, with ``webdataset.WebDataset`` and with
-    :class:`AISFileLoader`.
+    :class:`AISFileLoader`. An ETL that runs as a local process beside the cluster
+    (:mod:`aisio.localetl`) gets URLs of its own server (see :func:`aisio.core.etl.read_url`).
 
     Args:
         ais_sources: sources as for :class:`AISFileLister` (alone, a list or an IterDataPipe).
@@ -198,12 +200,12 @@ class AISSourceLister(_AISDataPipe):
             for source in resolve_one(item, listing=True):
                 if source.kind != "prefix":
                     for ref in objects(source):
-                        yield object_url(ref.endpoint or endpoint, ref.path, ref.etl or self.etl)
+                        yield read_url(ref.endpoint or endpoint, ref.path, ref.etl or self.etl)
                     continue
                 for prefix in prefixes_for(item, self.prefix_map):
                     scoped = AISPath(source.path.bucket, source.path.obj + prefix)
                     for found, _ in list_prefix(self._client(), scoped, page_size=self.page_size):
-                        yield object_url(endpoint, found, self.etl)
+                        yield read_url(endpoint, found, self.etl)
 
 
 @functional_datapipe("ais_load_files")

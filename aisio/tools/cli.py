@@ -1,6 +1,7 @@
 """The ``aisio`` command: explore buckets and shards, run a local AIStore.
 
-``ls``, ``stat``, ``get``, ``cat``, ``head``, ``preview`` and ``playground``. The
+``ls``, ``stat``, ``get``, ``cat``, ``head``, ``preview``, ``playground`` and ``etl``
+(:mod:`aisio.tools.etl_cli`). The
 endpoint comes from ``--endpoint``, else ``AIS_ENDPOINT``. User mistakes end in one line on stderr
 naming the fix and a non-zero exit (2 for a misused command line, 1 for the rest), never a
 traceback.
@@ -116,13 +117,14 @@ def _stat(args: argparse.Namespace) -> int:
 def _open(args: argparse.Namespace) -> ObjectReader:
     """Returns a stream over the object ``args`` names (errors before any byte is written)."""
     from aisio.core.client import client_for
+    from aisio.core.etl import read_url
     from aisio.core.sources import one_object
-    from aisio.core.urls import object_url, to_etl
+    from aisio.core.urls import to_etl
 
     path = one_object(args.object)
     client = client_for(_config(args))
     etl = to_etl(args.etl)
-    return client.open(object_url(client.endpoint, path, etl), name=path.uri(), etl=etl)
+    return client.open(read_url(client.endpoint, path, etl), name=path.uri(), etl=etl)
 
 
 def _pump(stream: ObjectReader, out: IO[bytes], label: str) -> int:
@@ -172,7 +174,7 @@ def _cat(args: argparse.Namespace) -> int:
 def _head(args: argparse.Namespace) -> int:
     from aisio.tools.preview import dumps, head
 
-    views = head(args.shard, args.n, config=_config(args))
+    views = head(args.shard, args.n, config=_config(args), etl=args.etl)
     if args.json:
         print(dumps(views))
         return 0
@@ -186,7 +188,7 @@ def _head(args: argparse.Namespace) -> int:
 def _preview(args: argparse.Namespace) -> int:
     from aisio.tools.preview import head, image_grid
 
-    views = head(args.shard, args.n, config=_config(args))
+    views = head(args.shard, args.n, config=_config(args), etl=args.etl)
     fields = args.field or None
     if not any(v.image_fields() for v in views) and fields is None:
         found = sorted({f for v in views for f in v.fields})
@@ -302,13 +304,14 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "get":
             p.add_argument("dest", nargs="?", help="file or directory (default: the object's "
                            "name here; '-': stdout)")
-        p.add_argument("--etl", help="apply this ETL on the server while reading")
+        p.add_argument("--etl", help="read the object through this ETL")
         p.set_defaults(func=_get if name == "get" else _cat)
 
     p = add("head", "show the first samples of a shard: keys, fields and sizes")
     p.add_argument("shard", help="ais://bucket/shard.tar")
     p.add_argument("-n", type=_positive, default=5, help="samples (default 5)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--etl", help="read the shard through this ETL")
     p.set_defaults(func=_head)
 
     p = add("preview", "render the images of a shard's first samples to a PNG grid")
@@ -319,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", help="label field (default: cls, class, label or txt)")
     p.add_argument("--cols", type=_positive, help="images per row (default up to 8)")
     p.add_argument("--dpi", type=_positive, default=100, help="resolution (default 100)")
+    p.add_argument("--etl", help="read the shard through this ETL")
     p.set_defaults(func=_preview)
 
 
@@ -340,6 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--dir", type=Path, default=default_playground_dir(),
                        help="the playground's directory (default %(default)s)")
     pg.set_defaults(func=_playground)
+
+    from aisio.tools.etl_cli import add_etl_commands
+
+    add_etl_commands(sub, common)
     return parser
 
 

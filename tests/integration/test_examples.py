@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import io
 import math
 import os
 import re
 import subprocess
 import sys
+import tarfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +21,8 @@ from sklearn.datasets import load_sample_images
 
 import aisio
 from aisio.core.client import Client
-from aisio.core.urls import Bucket
+from aisio.core.etl import local_etls
+from aisio.core.urls import Bucket, parse_ais_url
 from aisio.tools.explore import ls
 from tests.conftest import HAS_DATALOADER2, needs_dataloader2
 
@@ -116,6 +119,26 @@ def test_etl_urls(example: Callable[[str], ModuleType], new_bucket: Callable[[],
     assert etl.main(["--bucket", bucket, "--etl", "blur"]) == 0
     out = capsys.readouterr().out
     assert "with the ETL: ETLUnavailableError: ETL 'blur'" in out and "Kubernetes" in out
+
+
+def test_etl_resize_trains_through_its_local_etl(
+        example: Callable[[str], ModuleType], new_bucket: Callable[[], str], ais_endpoint: str,
+        ais_client: Client, capsys: pytest.CaptureFixture[str]) -> None:
+    resize = example("etl_resize")
+    bucket = new_bucket().removeprefix("ais://")
+    result = resize.run(ais_endpoint, bucket, size=12, epochs=2, num_workers=2)
+    assert result.where == "local" and result.image_shape == (12, 12)  # digits were 32x32
+    assert result.samples_per_epoch == 1797 and result.accuracy > 0.6
+    assert "runs locally" in capsys.readouterr().out
+    assert resize.ETL_NAME not in local_etls(ais_endpoint)  # stopped when training ended
+    # the transform keeps every member, in order, and only resizes the images
+    original = ais_client.get_bytes(parse_ais_url(f"ais://{bucket}/digits-0000.tar"))
+    with tarfile.open(fileobj=io.BytesIO(original)) as before, \
+            tarfile.open(fileobj=io.BytesIO(resize.resize_shard(original, 12))) as after:
+        pairs = list(zip(before, after, strict=True))
+        assert all(a.name == b.name for a, b in pairs)
+        assert all(before.extractfile(a).read() == after.extractfile(b).read()  # type: ignore
+                   for a, b in pairs if a.name.endswith(".cls"))
 
 
 @needs_dataloader2

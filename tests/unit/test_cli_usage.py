@@ -123,3 +123,26 @@ def test_playground_build_without_go_says_how_to_go_on(
     err = capsys.readouterr().err
     assert "Go is not installed" in err and "AIS_ENDPOINT" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["etl"], ["etl", "init", "f.py:C"], ["etl", "show", "n"], ["etl", "stop"],
+    ["etl", "init", "f.py:C", "--name", "n", "--local", "--cluster"],
+])
+def test_etl_usage_mistakes_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str],
+                                                    argv: list[str]) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert "--help" in one_error_line(err)
+
+
+@pytest.mark.parametrize(("source", "name", "fix"), [
+    ("no-such-file.py:ResizeShards", "resize", "does not exist"),
+    ("examples/etl_resize.py", "resize", "must be FILE:CLASS"),
+    ("examples/etl_resize.py:ResizeShards", "Bad_Name", "is not valid"),
+])
+def test_etl_init_mistakes_name_the_fix(capsys: pytest.CaptureFixture[str], source: str,
+                                        name: str, fix: str) -> None:
+    code, _, err = run(capsys, "etl", "init", source, "--name", name,
+                       "--endpoint", "http://127.0.0.1:9")
+    assert code == 1 and fix in one_error_line(err)

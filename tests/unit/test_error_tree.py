@@ -16,7 +16,7 @@ FAMILIES = {
     aisio.NotFoundError: [aisio.BucketNotFoundError, aisio.ObjectNotFoundError,
                           aisio.ETLNotFoundError],
     aisio.DataError: [aisio.ShardFormatError, aisio.DecodeError, aisio.ObjectChangedError,
-                      aisio.EmptyEpochError],
+                      aisio.ETLTransformError, aisio.EmptyEpochError],
     aisio.ClusterError: [aisio.AISConnectionError, aisio.AISRequestError, aisio.AuthError,
                          aisio.ETLUnavailableError],
 }
