@@ -18,86 +18,15 @@ import subprocess
 import tarfile
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import requests
 
-import aisio
 from aisio.core.urls import AISPath, Bucket, object_url
 from aisio.datapipes.pipeline import webdataset_pipe
 from aisio.datapipes.pipes import AISFileLister, AISFileLoader, AISSourceLister, WebDatasetParser
-
-MiB = 1 << 20
-Counts = tuple[int, int]
-"""What one pass read: (bytes, samples); for plain objects, samples are objects."""
-Pass = Callable[[], Counts]
-
-
-@dataclass(frozen=True)
-class Job:
-    """Everything an arm needs, picklable: the cluster, the dataset and the arm's options.
-
-    Attributes:
-        kind: ``shards``, ``objects`` or ``decode``.
-        workload: the workload's name (``large``, ``small``, ``objects``, ``decode``, ``mem-...``).
-        arm: the arm's name (a key of :data:`ARMS` for ``kind``).
-        endpoint: the AIStore endpoint.
-        bucket: the suite's bucket name.
-        prefix: the prefix that lists exactly the dataset's objects.
-        names: the dataset's object names, in order.
-        nbytes: the dataset's total size.
-        samples: the dataset's sample (or object) count.
-        repeat: timed passes.
-        warmup: untimed passes before them.
-        options: arm options (``concurrency``, ``workers``, ``batch``, ``batch_objects``, ...).
-    """
-
-    kind: str
-    workload: str
-    arm: str
-    endpoint: str
-    bucket: str
-    prefix: str
-    names: tuple[str, ...]
-    nbytes: int
-    samples: int
-    repeat: int = 3
-    warmup: int = 1
-    options: dict[str, Any] = field(default_factory=dict)
-
-    def urls(self) -> list[str]:
-        """Returns the HTTP GET URLs of the dataset's objects (what AISSourceLister yields)."""
-        bucket = Bucket(self.bucket)
-        return [object_url(self.endpoint, AISPath(bucket, name)) for name in self.names]
-
-    def ais_names(self) -> list[str]:
-        """Returns the dataset's objects as ``ais://bucket/name``."""
-        return [f"ais://{self.bucket}/{name}" for name in self.names]
-
-
-class Arm(NamedTuple):
-    """An arm: its table label (formatted with the job's options), setup, note and options."""
-
-    label: str
-    setup: Callable[[Job], Pass]
-    note: str = ""
-    options: dict[str, Any] = {}  # noqa: RUF012 - read-only defaults
-
-
-class _LoaderPass:
-    """A pass over a DataLoader2 that keeps its workers between passes; ``close`` stops them."""
-
-    def __init__(self, loader: Any, count: Callable[[Any], int], nbytes: int) -> None:
-        self.loader = loader
-        self.count = count
-        self.nbytes = nbytes
-
-    def __call__(self) -> Counts:
-        return self.nbytes, sum(self.count(batch) for batch in self.loader)
-
-    def close(self) -> None:
-        self.loader.shutdown()
+from benchmarks.suite.job import Arm, Counts, Job, LoaderPass, MiB, Pass
+from benchmarks.suite.loaders import available, epoch_arms, loader_arms
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -297,32 +226,7 @@ def aisio_dl2(job: Job) -> Pass:
     from aisio.datapipes.dataloader2 import make_loader
 
     loader = make_loader(pipe, num_workers=workers, seed=0)
-    return _LoaderPass(loader, _decoded_count if job.kind == "decode" else len, job.nbytes)
-
-
-_ENTRY_POINTS = {
-    "dataloader2": "webdataset_loader",
-    "dataloader": "webdataset_dataloader",
-    "stateful": "webdataset_stateful_loader",
-    "nodes": "webdataset_node_loader",
-}
-
-
-def aisio_loader(job: Job) -> Pass:
-    """aisio's one-call, resumable entry point for one loader (``loader`` option), with
-    ``workers`` workers: the same pipeline and options on every loader. Each pass is one epoch:
-    resumable loaders start their workers anew every epoch, and that time is counted."""
-    make = getattr(aisio, _ENTRY_POINTS[job.options["loader"]])
-    workers = int(job.options.get("workers", 2))
-    if job.kind == "decode":
-        loader = make(job.ais_names(), url=job.endpoint, shuffle_shards=False,
-                      num_workers=workers, decode=job.options.get("decode", "torchrgb8"),
-                      tuple_fields=("jpg", "cls"), batch_size=32, seed=0)
-    else:
-        loader = make(job.ais_names(), url=job.endpoint, shuffle_shards=False,
-                      num_workers=workers, batch_size=int(job.options.get("batch", 64)),
-                      collate=False, seed=0)
-    return _LoaderPass(loader, _decoded_count if job.kind == "decode" else len, job.nbytes)
+    return LoaderPass(loader, _decoded_count if job.kind == "decode" else len, job.nbytes)
 
 
 def _decoded_count(batch: Any) -> int:
@@ -354,21 +258,6 @@ _CURL = Arm("curl -L -o /dev/null", curl, "one curl process, keep-alive")
 _REQUESTS = Arm("requests, 1 MiB reads", requests_raw, "the limit")
 _WDS = Arm("webdataset", webdataset_arm, "reads http URLs through a curl pipe + tarfile")
 
-def _available(loader: str) -> bool:
-    """Whether this environment's torchdata has the loader (DataLoader2 < 0.10 <= nodes)."""
-    import importlib.util
-
-    needs = {"dataloader2": "torchdata.dataloader2", "nodes": "torchdata.nodes"}.get(loader)
-    return needs is None or importlib.util.find_spec(needs) is not None
-
-
-def _loader_arms(note: str, options: dict[str, Any]) -> dict[str, Arm]:
-    """One arm per loader this environment has, 2 workers each, on the same options."""
-    return {f"loader-{name}": Arm(f"aisio {name} (resumable), {{workers}} workers", aisio_loader,
-                                  note, {**options, "loader": name, "workers": 2})
-            for name in _ENTRY_POINTS if _available(name)}
-
-
 ARMS: dict[str, dict[str, Arm]] = {
     "shards": {
         "curl": _CURL,
@@ -377,10 +266,8 @@ ARMS: dict[str, dict[str, Arm]] = {
         "sdk-tarfile": Arm("SDK reader + tarfile r|", sdk_tarfile, "the 'tarfile arm'"),
         "webdataset": _WDS,
         "aisio": Arm("aisio lister -> loader -> parser", aisio_single, "one process"),
-        **({"aisio-dl2": Arm("aisio DataLoader2, {workers} workers", aisio_dl2,
-                             "batches of {batch} in the workers", {"workers": 2, "batch": 64})}
-           if _available("dataloader2") else {}),
-        **_loader_arms("batches of {batch} in the workers", {"batch": 64}),
+        **loader_arms("batches of {batch} in the workers", {"batch": 64},
+                      one_worker=("dataloader2", "dataloader")),
     },
     "objects": {
         "curl": _CURL,
@@ -401,14 +288,15 @@ ARMS: dict[str, dict[str, Arm]] = {
                           "one process, batches of 32", {"decode": "torchrgb8"}),
         **({f"aisio-dl2-w{n}": Arm(f"aisio DataLoader2, {n} worker{'s' if n != 1 else ''}",
                                    aisio_dl2, "{decode}, batches of 32 collated",
-                                   {"workers": n, "decode": "torchrgb8"}) for n in (0, 1, 2)}
-           if _available("dataloader2") else {}),
+                                   {"workers": n, "decode": "torchrgb8"}) for n in (0, 1)}
+           if available("dataloader2") else {}),
         **({"aisio-dl2-w0-t2": Arm("aisio DataLoader2, 0 workers, 2 decode threads", aisio_dl2,
                                    "{decode}, batches of 32 collated, decode_threads=2",
                                    {"workers": 0, "threads": 2, "decode": "torchrgb8"})}
-           if _available("dataloader2") else {}),
-        **_loader_arms("{decode}, batches of 32 collated", {"decode": "torchrgb8"}),
+           if available("dataloader2") else {}),
+        **loader_arms("{decode}, batches of 32 collated", {"decode": "torchrgb8"}),
     },
+    "epochs": epoch_arms(),
 }
 """Arms by workload kind, in table order; the first arm named ``requests`` is the limit."""
 

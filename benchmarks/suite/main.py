@@ -39,7 +39,7 @@ from benchmarks.suite.machine import aistore_version, machine_info
 from benchmarks.suite.report import markdown, plot, targets, write_json
 from benchmarks.suite.suite import KINDS, Suite, cluster
 
-WORKLOADS = ("large", "small", "objects", "decode", "memory", "keepup")
+WORKLOADS = ("large", "small", "objects", "decode", "epochs", "memory", "keepup")
 
 # option: (default, --quick default, help)
 SIZES: dict[str, tuple[int, int, str]] = {
@@ -54,6 +54,8 @@ SIZES: dict[str, tuple[int, int, str]] = {
     "jpegs": (4096, 128, "decode: number of JPEGs"),
     "jpeg_px": (256, 128, "decode: JPEG width and height"),
     "jpegs_per_shard": (256, 32, "decode: JPEGs per shard"),
+    "epoch_shards": (4, 2, "epochs: number of shards (2 KiB members)"),
+    "epoch_members": (2_500, 500, "epochs: samples per shard (a short epoch)"),
     "mem_small_mb": (10, 2, "memory: MB of the small shard"),
     "mem_big_mb": (1024, 32, "memory: MB of the big shard"),
     "keepup_images": (4096, 512, "keepup: number of 64x64 JPEGs"),

@@ -76,17 +76,66 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                 _rate(w, "objects", "aisio-concurrent"), _rate(w, "objects", LIMIT_ARM), 4,
                 "objects/s, AISFileLoader(concurrency=N) / requests sequential GETs"),
         _target("decode: DataLoader2 2 workers vs single process",
-                _rate(w, "decode", "aisio-dl2-w2"), _rate(w, "decode", "aisio-dl2-w0"), 1.6,
+                _rate(w, "decode", "plain-dataloader2"), _rate(w, "decode", "aisio-dl2-w0"), 1.6,
                 "samples/s, 2 workers / 0 workers"),
         _target("decode: 2 decode threads vs single process",
                 _rate(w, "decode", "aisio-dl2-w0-t2"), _rate(w, "decode", "aisio-dl2-w0"), 1.6,
                 "samples/s, decode_threads=2 / 0 workers (same process)"),
     ]
+    out += loader_targets(w)
     mem = report.get("memory") or {}
     small, big = mem.get("small_peak_mb"), mem.get("big_peak_mb")
     out.append(_target("peak memory independent of shard size", big, small, 1.1,
                        f"peak RSS over the {mem.get('big_mb', '?')} MB shard / over the "
                        f"{mem.get('small_mb', '?')} MB shard", at_most=True))
+    return out
+
+
+LOADERS = ("dataloader2", "dataloader", "stateful", "nodes")
+SMALL_IN_PROCESS_GOAL = 250_000
+"""Samples/s of 2 KiB samples in one process (issue #17)."""
+
+
+def _arms(workloads: dict[str, Any], workload: str) -> dict[str, dict[str, Any]]:
+    return {a["arm"]: a for a in workloads.get(workload, {}).get("arms", [])}
+
+
+def epoch_rates(workloads: dict[str, Any], kind: str, loader: str
+                ) -> tuple[float | None, float | None, float | None]:
+    """Returns a loader arm's (first epoch, median of the later epochs, long epoch) samples/s."""
+    arms = _arms(workloads, "epochs")
+    short, long = arms.get(f"{kind}-{loader}", {}), arms.get(f"{kind}-{loader}-long", {})
+    rates = short.get("epoch_rates") or []
+    later = statistics.median(rates[1:]) if len(rates) > 1 else None
+    return (rates[0] if rates else None), later, long.get("samples_per_s") or None
+
+
+def loader_targets(w: dict[str, Any]) -> list[dict[str, Any]]:
+    """The loader targets: resumable vs plain per loader and workload, 1 worker vs in-process,
+    small samples in one process, and what a later epoch's start costs."""
+    out = []
+    present = [name for name in LOADERS if any(
+        f"loader-{name}" in _arms(w, workload) for workload in ("large", "small", "decode"))]
+    for name in present:
+        for workload in ("large", "small", "decode"):
+            out.append(_target(f"{workload}: {name} resumable vs plain",
+                               _rate(w, workload, f"loader-{name}"),
+                               _rate(w, workload, f"plain-{name}"), 0.95,
+                               "samples/s, one-call loader / the same pipe on the loader "
+                               "built by hand"))
+    for name in ("dataloader2", "dataloader"):
+        if f"loader-{name}-w1" in _arms(w, "large"):
+            out.append(_target(f"large: {name} 1 worker vs in-process",
+                               _rate(w, "large", f"loader-{name}-w1"), _rate(w, "large", "aisio"),
+                               0.8, "MB/s, resumable loader with 1 worker / lister -> loader -> "
+                               "parser in one process"))
+    out.append(_target("small samples in one process", _rate(w, "small", "aisio"),
+                       SMALL_IN_PROCESS_GOAL, 1.0,
+                       f"samples/s / {SMALL_IN_PROCESS_GOAL:,} samples/s"))
+    for name in present:
+        _, later, long = epoch_rates(w, "loader", name)
+        out.append(_target(f"epochs: {name} resumable, epochs 2-5 vs a long epoch", later, long,
+                           0.9, "samples/s, median of epochs 2-5 / one epoch as long as 5"))
     return out
 
 
@@ -133,6 +182,8 @@ def markdown(report: dict[str, Any]) -> str:
                                _fmt(arm["peak_rss_mb"]), _fmt(delta),
                                _fmt(arm.get("x_limit"), ".2f", "×"),
                                _fmt(arm.get("x_wds"), ".1f", "×"), note]))
+    if report["workloads"].get("epochs", {}).get("arms"):
+        lines += _epoch_lines(report["workloads"])
     mem = report.get("memory")
     if mem:
         small, big = f"{mem['small_mb']:,} MB", f"{mem['big_mb']:,} MB"
@@ -157,6 +208,21 @@ def markdown(report: dict[str, Any]) -> str:
                            t["what"]]))
     lines += ["", "Notes: " + " ".join(report["notes"])]
     return "\n".join(lines) + "\n"
+
+
+def _epoch_lines(w: dict[str, Any]) -> list[str]:
+    lines = ["", "**What an epoch's start costs** (samples/s per epoch of the epochs workload; "
+             "the long epoch reads the same shards listed 5 times)", "",
+             _row(["loader", "epoch 1", "epochs 2-5 (median)", "one long epoch",
+                   "epochs 2-5 / long"]), _row(["---", "---:", "---:", "---:", "---:"])]
+    for name in LOADERS:
+        for kind, what in (("plain", "plain"), ("loader", "resumable")):
+            first, later, long = epoch_rates(w, kind, name)
+            if first is None and long is None:
+                continue
+            lines.append(_row([f"{name} ({what})", _fmt(first), _fmt(later), _fmt(long),
+                               _precise(_ratio(later, long))]))
+    return lines
 
 
 def _keepup_lines(keep: dict[str, Any]) -> list[str]:
@@ -226,4 +292,5 @@ def plot(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-__all__ = ["LIMIT_ARM", "add_ratios", "markdown", "plot", "summarise", "targets", "write_json"]
+__all__ = ["LIMIT_ARM", "LOADERS", "add_ratios", "epoch_rates", "loader_targets", "markdown",
+           "plot", "summarise", "targets", "write_json"]

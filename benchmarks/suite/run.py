@@ -12,10 +12,13 @@ checking every pass's byte and sample counts against the dataset.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -126,17 +129,19 @@ def run_job(job: Job) -> dict[str, Any]:
         base = self_rss()
         for _ in range(job.warmup):
             _check(job, run())
-        times = []
+        times, epoch_times = [], []
         for _ in range(job.repeat):
             start = time.perf_counter()
             counts = run()
             times.append(time.perf_counter() - start)
             _check(job, counts)
+            epoch_times.append(list(getattr(run, "epoch_times", [])))
     finally:
         close = getattr(run, "close", None)
         if close is not None:
             close()
-    return {"times": times, "base_rss": base, "self_maxrss": _maxrss(resource.RUSAGE_SELF),
+    return {"times": times, "epoch_times": epoch_times, "base_rss": base,
+            "self_maxrss": _maxrss(resource.RUSAGE_SELF),
             "children_maxrss": _maxrss(resource.RUSAGE_CHILDREN)}
 
 
@@ -160,6 +165,43 @@ def _get_context() -> Any:
     return _context
 
 
+def run_arm(job: Job, *, timeout: float) -> dict[str, Any]:
+    """Returns :func:`run_job` of ``job`` from a fresh process: forked from the forkserver, or,
+    for an arm of the other torchdata environment, that environment's interpreter."""
+    python = ARMS[job.kind][job.arm].python
+    if python is None:
+        return run_isolated(run_job, job, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="aisio-bench-") as tmp:
+        spec, out = Path(tmp, "job.json"), Path(tmp, "result.json")
+        spec.write_text(json.dumps(dataclasses.asdict(job)))
+        root = Path(__file__).resolve().parents[2]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        proc = subprocess.Popen([python, "-m", "benchmarks.suite.run", str(spec), str(out)],
+                                cwd=root, env=env)
+        return _watch(proc.pid, proc.poll, proc.kill, out, timeout)
+
+
+def _watch(pid: int, poll: Callable[[], Any], kill: Callable[[], None], out: Path,
+           timeout: float) -> dict[str, Any]:
+    """Returns the result an arm's process writes to ``out``, with the peak memory of its tree."""
+    memory = PeakMemory(pid)
+    deadline = time.monotonic() + timeout
+    while poll() is None:
+        memory.poll()
+        if time.monotonic() > deadline:
+            kill()
+            return {"ok": False, "error": f"timed out after {timeout:.0f} s",
+                    "peak_rss": memory.peak}
+        time.sleep(_POLL_SECONDS)
+    try:
+        result: dict[str, Any] = json.loads(out.read_text())
+    except (OSError, ValueError):
+        result = {"ok": False, "error": f"the arm's process died (exit code {poll()})"}
+    result["peak_rss"] = max(memory.peak, int(result.get("self_maxrss", 0)))
+    return result
+
+
 def run_isolated(fn: Callable[[Any], dict[str, Any]], arg: Any, *, timeout: float
                  ) -> dict[str, Any]:
     """Returns ``fn(arg)`` run in a fresh process, with ``peak_rss`` (bytes) of its process tree.
@@ -173,24 +215,27 @@ def run_isolated(fn: Callable[[Any], dict[str, Any]], arg: Any, *, timeout: floa
         proc = _get_context().Process(target=_child, args=(fn, arg, out, method), daemon=False)
         proc.start()
         assert proc.pid is not None
-        memory = PeakMemory(proc.pid)
-        deadline = time.monotonic() + timeout
-        while proc.is_alive():
-            memory.poll()
-            if time.monotonic() > deadline:
-                proc.kill()
-                proc.join()
-                return {"ok": False, "error": f"timed out after {timeout:.0f} s",
-                        "peak_rss": memory.peak}
-            proc.join(_POLL_SECONDS)
-        peak = memory.peak
-        try:
-            result: dict[str, Any] = json.loads(Path(out).read_text())
-        except (OSError, ValueError):
-            result = {"ok": False, "error": f"the arm's process died (exit code {proc.exitcode})"}
-    result["peak_rss"] = max(peak, int(result.get("self_maxrss", 0)))
-    return result
+
+        def poll() -> int | None:
+            proc.join(0)
+            return proc.exitcode
+
+        def kill() -> None:
+            proc.kill()
+            proc.join()
+
+        return _watch(proc.pid, poll, kill, Path(out), timeout)
 
 
-__all__ = ["PeakMemory", "descendants", "private_memory", "rss", "run_isolated", "run_job",
-           "self_rss"]
+def _main(argv: list[str]) -> None:
+    """``python -m benchmarks.suite.run JOB.json OUT.json``: one arm in this interpreter."""
+    fields = json.loads(Path(argv[0]).read_text())
+    job = Job(**{**fields, "names": tuple(fields["names"])})
+    _child(run_job, job, argv[1], multiprocessing.get_start_method())
+
+
+__all__ = ["PeakMemory", "descendants", "private_memory", "rss", "run_arm", "run_isolated",
+           "run_job", "self_rss"]
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

@@ -9,6 +9,7 @@ machine's drifts, and returns summarised results (:mod:`benchmarks.suite.report`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 import sys
 import tempfile
@@ -22,10 +23,11 @@ from benchmarks.suite.arms import ARMS, Job
 from benchmarks.suite.data import TAR_OVERHEAD, Dataset, Uploader
 from benchmarks.suite.keepup import KeepUpJob, run_keepup
 from benchmarks.suite.report import add_ratios, summarise
-from benchmarks.suite.run import run_isolated, run_job
+from benchmarks.suite.run import run_arm, run_isolated
 
 KiB, MiB = 1 << 10, 1 << 20
-KINDS = {"large": "shards", "small": "shards", "objects": "objects", "decode": "decode"}
+KINDS = {"large": "shards", "small": "shards", "objects": "objects", "decode": "decode",
+         "epochs": "epochs"}
 MEMORY_ARMS = ("aisio", "sdk-tarfile", "webdataset")
 """Arms whose peak memory is measured over a small and a big shard (the target is aisio's)."""
 
@@ -86,7 +88,7 @@ class Suite:
                 if done and not done[-1]["ok"]:
                     continue  # it failed: do not fail again in every round
                 started = time.monotonic()
-                done.append(run_isolated(run_job, job, timeout=self.timeout))
+                done.append(run_arm(job, timeout=self.timeout))
                 self._progress(job, done[-1], turn, rounds, time.monotonic() - started)
         return [self._merge(job, done) for job, done in zip(jobs, runs, strict=True)]
 
@@ -99,11 +101,18 @@ class Suite:
             "peak_rss": max(r.get("peak_rss", 0) for r in done),
             "base_rss": min((r["base_rss"] for r in done if r.get("base_rss")), default=None),
             "rounds": [{k: v for k, v in r.items() if k != "traceback"} for r in done],
+            "epoch_times": [e for r in done for e in r.get("epoch_times", []) if e],
         }
         if not ok:
             failed = next(r for r in done if not r["ok"])
             result.update(error=failed["error"], traceback=failed.get("traceback"))
         summarise(result, job.nbytes, job.samples)
+        epochs = int(job.options.get("epochs", 1))
+        if ok and job.kind == "epochs" and not job.options.get("long"):
+            per_epoch = job.samples / epochs
+            result["epoch_rates"] = [
+                per_epoch / statistics.median(times[i] for times in result["epoch_times"])
+                for i in range(epochs)]
         result.update(arm=job.arm, label=spec.label.format(**job.options),
                       note=spec.note.format(**job.options), options=job.options)
         return result
@@ -132,6 +141,9 @@ class Suite:
                                     int(c["small_member_kb"] * KiB), salt=2)
         if workload == "objects":
             return up.objects("objects", int(c["objects"]), int(c["object_kb"] * KiB), salt=3)
+        if workload == "epochs":
+            return up.random_shards("epochs", int(c["epoch_shards"]), int(c["epoch_members"]),
+                                    int(c["small_member_kb"] * KiB), salt=8)
         return up.jpeg_shards("decode", int(c["jpegs"]), int(c["jpegs_per_shard"]),
                               int(c["jpeg_px"]), salt=4)
 
@@ -147,6 +159,10 @@ class Suite:
                                          if k in ("concurrency", "batch_objects", "decode")}}
             jobs.append(self.job(kind, name, arm, data, repeat=1,
                                  warmup=int(self.cfg["warmup"]), options=options))
+        if kind == "epochs":  # a pass is several epochs (or one as long)
+            jobs = [dataclasses.replace(job, nbytes=job.nbytes * job.options["epochs"],
+                                        samples=job.samples * job.options["epochs"])
+                    for job in jobs]
         results = self.run_rounds(jobs, int(self.cfg["repeat"]))
         add_ratios(results)
         return {"describe": data.describe, "kind": kind, "nbytes": data.nbytes,

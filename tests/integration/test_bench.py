@@ -32,7 +32,7 @@ def test_quick_suite_writes_table_json_and_plot(ais_endpoint: str, tmp_path: Pat
               report["workloads"].items() for arm in workload["arms"] if not arm["ok"]]
     assert failed == []
     assert code == 0
-    assert list(report["workloads"]) == ["large", "small", "objects", "decode"]
+    assert list(report["workloads"]) == ["large", "small", "objects", "decode", "epochs"]
     for name, workload in report["workloads"].items():
         assert [arm["arm"] for arm in workload["arms"]] == list(ARMS[workload["kind"]])
         for arm in workload["arms"]:
