@@ -8,7 +8,9 @@ of the samples that entered the buffer before it left: the training process repl
 know, without the payloads, what the buffer held when the loop received a sample.
 
 Resumed from a stream's saved entry, the reader first reads the samples its buffer held again,
-one ``Range`` request per span (:func:`refill`), then continues its shard from the saved byte.
+one ``Range`` request per span (:func:`refill`), then continues its shard from the saved byte;
+the last span of that shard (usually the newest samples, just before the saved byte) is read by
+that same request, which then starts at the span.
 :func:`reader_rounds` is what one worker (or the training process, without workers) runs over
 its streams: one list of chunks per round.
 """
@@ -69,14 +71,9 @@ def refill(buffer: DelayBuffer[Any], spans: Sequence[Sequence[int]],
     """
     for span in spans:
         index, n_base, start, ordinal = (int(x) for x in span[:4])
-        wanted: list[int] = []
-        at = ordinal
-        for step in span[4:]:
-            at += int(step)
-            wanted.append(at)
         ref = shards[index]
         url = ref.uri()
-        left = set(wanted)
+        left = _wanted(span)
         stream = open(ref, start=start)
         members = iter_tar(stream, url=url, start_offset=start)  # a generator: closed below
         try:
@@ -93,9 +90,22 @@ def refill(buffer: DelayBuffer[Any], spans: Sequence[Sequence[int]],
             members.close()  # type: ignore[attr-defined]
             stream.close()
         if left:
-            raise ObjectChangedError(
-                f"shard {url} has no sample {min(left)} past byte {start} any more: it changed "
-                "since the checkpoint; resume only over unchanged shards", url=url)
+            raise _changed(url, min(left), start)
+
+
+def _wanted(span: Sequence[int]) -> set[int]:
+    """Returns the ordinals a span names."""
+    at, wanted = int(span[3]), set()
+    for step in span[4:]:
+        at += int(step)
+        wanted.add(at)
+    return wanted
+
+
+def _changed(url: str, ordinal: int, start: int) -> ObjectChangedError:
+    return ObjectChangedError(
+        f"shard {url} has no sample {ordinal} past byte {start} any more: it changed since "
+        "the checkpoint; resume only over unchanged shards", url=url)
 
 
 class StreamReader:
@@ -129,13 +139,20 @@ class StreamReader:
             self.offset, self.ordinal = int(offset), int(ordinal)
             self._spans = list(spans)
 
-    def _inputs(self) -> Iterator[tuple[Input, dict[str, Any]]]:
+    def _inputs(self, joined: Sequence[int] | None
+                ) -> Iterator[tuple[Input, dict[str, Any]]]:
         """Yields ``(position, sample)`` for each sample of the stream's shards, from the
-        saved shard and byte on."""
+        saved shard and byte on. ``joined``, a span of the shard in progress, is read by the
+        same request: the request starts at the span, and the span's samples are held in the
+        buffer on the way to the saved byte."""
         shards = self.plan.shards
         for place in range(self.place, len(self.order)):
             index = self.order[place]
             start, first = (self.offset, self.ordinal) if place == self.place else (0, 0)
+            wanted, n_base = set(), 0
+            if joined is not None and place == self.place:
+                start, first, wanted, n_base = int(joined[2]), int(joined[3]), _wanted(joined), (
+                    int(joined[1]))
             task = ShardTask(index, shards[index], start, first)
             yielded = 0
             try:
@@ -147,11 +164,24 @@ class StreamReader:
                 begin = start
                 for sample in task_samples(task, stream):
                     _, ordinal, end, last = sample.pop(POSITION)
+                    if place == self.place and ordinal < self.ordinal:  # before the saved byte
+                        if ordinal in wanted:
+                            wanted.discard(ordinal)
+                            held: Input = (index, ordinal, begin, end, False, n_base + ordinal)
+                            self.buffer.hold(n_base + ordinal, (held, sample))
+                        begin = end
+                        continue
+                    if wanted:
+                        raise _changed(task.uri(), min(wanted), start)
                     position: Input = (index, ordinal, begin, end, last, self.n_in)
                     self.n_in += 1
                     begin = end
                     yielded += 1
                     yield position, sample
+                if wanted:
+                    raise _changed(task.uri(), min(wanted), start)
+            except ObjectChangedError:
+                raise
             except AISIOError as exc:
                 self._handle(exc, task.uri(), yielded)
             finally:
@@ -167,10 +197,16 @@ class StreamReader:
         the positions of the samples that entered it since the previous one left."""
         if self.done:
             return
-        refill(self.buffer, self._spans, self.plan.shards, self.open)
-        self._spans = []
+        spans, self._spans = self._spans, []
+        joined = None
+        if self.place < len(self.order):  # the shard in progress: its last span rides along
+            mine = [span for span in spans if int(span[0]) == self.order[self.place]]
+            if mine:
+                joined = max(mine, key=lambda span: int(span[2]))
+                spans = [span for span in spans if span is not joined]
+        refill(self.buffer, spans, self.plan.shards, self.open)
         log: list[Input] = []
-        for position, sample in self._inputs():
+        for position, sample in self._inputs(joined):
             log.append(position)
             out = self.buffer.push(position[5], (position, sample))
             if out is not None:
