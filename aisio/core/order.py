@@ -6,9 +6,10 @@ The plan of ``order="deterministic"`` (see the README, "The same order after any
   reads ``order[s::K]``), cuts the global batch ``G`` into ``q = G / K`` samples per stream and
   round, and maps streams onto ranks (contiguous blocks, ``R | K``) and workers (round robin
   within the rank's block).
-* :class:`DelayBuffer` is a stream's shuffle buffer: sample ``n`` of the stream gets the key
-  ``n + h(key, n) mod B``; past ``B`` samples the smallest key leaves. Its order is a function
-  of what it holds, so it is saved as the set of buffered positions, nothing else.
+* :class:`DelayBuffer` is a stream's shuffle buffer: sample ``n`` of the stream is due at
+  ``n + d(n)``, ``d(n)`` a seeded draw in ``[0, B)``; past ``B`` samples the first due leaves.
+  Its order is a function of what it holds, so it is saved as the set of buffered positions,
+  nothing else.
 * :func:`check_order_state` and :func:`merge_order_states` own the state's format: JSON,
   versioned, one entry per stream, validated against the plan.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -57,12 +59,14 @@ T = TypeVar("T")
 
 
 class DelayBuffer(Generic[T]):
-    """A stream's seeded shuffle buffer: each sample is delayed by a hashed amount.
+    """A stream's seeded shuffle buffer: each sample is delayed by a seeded amount.
 
-    Sample ``n`` gets the sort key ``(n + mix64(key ^ n) % size, n)``; :meth:`push` adds one and,
-    when more than ``size`` are held, returns the one with the smallest key. :meth:`pop` empties
-    it in key order at the stream's end. With ``size`` 0 every sample passes straight through.
-    Which samples it holds decides what it yields next: to restore it, push them again (in any
+    Sample ``n`` is due at ``n + d(n)``, ``d(n)`` in ``[0, size)`` drawn from a generator
+    seeded with ``(key, n // 1024)`` (counter-based: any ``d(n)`` is found without the draws
+    before it); :meth:`push` adds one and, when more than ``size`` would be held, returns the
+    one due first (ties: the smaller ``n``), possibly the one just pushed. :meth:`pop` empties it
+    in that order at the stream's end. With ``size`` 0 every sample passes straight through.
+    Which samples it holds decides what it yields next: to restore it, add them again (in any
     order) with their numbers, through :meth:`hold`.
 
     Example:
@@ -71,39 +75,56 @@ class DelayBuffer(Generic[T]):
         [None, None, 'x0', 'x1']
     """
 
-    __slots__ = ("_heap", "key", "size")
+    __slots__ = ("_block", "_delays", "_heap", "key", "size")
 
     def __init__(self, size: int, key: int) -> None:
         if size < 0:
             raise UsageError(f"shuffle_buffer={size} must be >= 0 (0: no sample shuffle)")
         self.size = size
         self.key = key
-        self._heap: list[tuple[int, int, T]] = []
+        self._heap: list[tuple[int, T]] = []  # (due << 40 | n, item): one int to compare
+        self._block = -1
+        self._delays: list[int] = []
+
+    def delay(self, n: int) -> int:
+        """Returns ``d(n)``: how many places sample ``n`` is delayed by (before overflow)."""
+        if not self.size:
+            return 0
+        block = n >> 10
+        if block != self._block:
+            rng = random.Random(mix64(self.key ^ block))
+            bits, size = rng.getrandbits, self.size
+            self._delays = [bits(32) * size >> 32 for _ in range(1024)]
+            self._block = block
+        return self._delays[n & 1023]
 
     def sort_key(self, n: int) -> int:
-        """Returns when sample ``n`` is due (its key's first part)."""
-        return n + mix64(self.key ^ n) % self.size if self.size else n
+        """Returns sample ``n``'s sort key: when it is due, then ``n``, as one integer."""
+        return (n + self.delay(n)) << 40 | n
 
     def hold(self, n: int, item: T) -> None:
         """Adds sample ``n`` without letting anything out (to restore a saved buffer)."""
-        heapq.heappush(self._heap, (self.sort_key(n), n, item))
+        heapq.heappush(self._heap, (self.sort_key(n), item))
 
     def push(self, n: int, item: T) -> T | None:
         """Adds sample ``n``; returns the sample that leaves, if the buffer overflowed."""
         if not self.size:
             return item
-        heapq.heappush(self._heap, (self.sort_key(n), n, item))
-        if len(self._heap) > self.size:
-            return heapq.heappop(self._heap)[2]
-        return None
+        if n >> 10 != self._block:
+            self.delay(n)
+        entry = ((n + self._delays[n & 1023]) << 40 | n, item)
+        if len(self._heap) < self.size:
+            heapq.heappush(self._heap, entry)
+            return None
+        return heapq.heappushpop(self._heap, entry)[1]
 
     def pop(self) -> T:
         """Returns the held sample with the smallest key (at the stream's end)."""
-        return heapq.heappop(self._heap)[2]
+        return heapq.heappop(self._heap)[1]
 
     def items(self) -> Iterator[T]:
         """Yields the held samples (in no particular order)."""
-        return (entry[2] for entry in self._heap)
+        return (entry[1] for entry in self._heap)
 
     def __len__(self) -> int:
         return len(self._heap)

@@ -84,9 +84,9 @@ class StreamShadow:
                 left = out
         if left is None:
             left = self.buffer.pop()  # the stream's end: the buffer drains
-        if (left[0], left[1]) != tuple(sample):
-            raise AssertionError(f"stream {self.stream}: the reader sent {sample}, the replay "
-                                 f"says {left[:2]}")
+        if left[0] != sample[0] or left[1] != sample[1]:
+            raise AssertionError(f"stream {self.stream}: the reader sent {sample[:2]}, the "
+                                 f"replay says {left[:2]}")
         self.n_out += 1
 
     def entry(self, gap: int = GAP) -> Any:

@@ -32,8 +32,8 @@ Opener = Callable[..., IO[bytes]]
 """``open(ref, start=...)`` -> a stream over the object from byte ``start``, e.g.
 :meth:`aisio.core.fetch.Fetcher.open`."""
 
-Trace = tuple[tuple[int, int], list[Input]]
-"""One output's ``((shard, ordinal), inputs that entered the buffer before it left)``."""
+Trace = tuple[Input, list[Input]]
+"""One output's ``(position, inputs that entered the buffer before it left)``."""
 
 
 class Chunk:
@@ -160,11 +160,12 @@ class StreamReader:
             except AISIOError as exc:
                 self._handle(exc, task.uri(), 0)
                 continue
+            before = self.ordinal if joined is not None and place == self.place else 0
             try:
-                begin = start
+                begin, n = start, self.n_in
                 for sample in task_samples(task, stream):
                     _, ordinal, end, last = sample.pop(POSITION)
-                    if place == self.place and ordinal < self.ordinal:  # before the saved byte
+                    if ordinal < before:  # a joined span's sample, before the saved byte
                         if ordinal in wanted:
                             wanted.discard(ordinal)
                             held: Input = (index, ordinal, begin, end, False, n_base + ordinal)
@@ -173,11 +174,11 @@ class StreamReader:
                         continue
                     if wanted:
                         raise _changed(task.uri(), min(wanted), start)
-                    position: Input = (index, ordinal, begin, end, last, self.n_in)
-                    self.n_in += 1
+                    self.n_in = n + 1
+                    yield (index, ordinal, begin, end, last, n), sample
+                    n += 1
                     begin = end
                     yielded += 1
-                    yield position, sample
                 if wanted:
                     raise _changed(task.uri(), min(wanted), start)
             except ObjectChangedError:
@@ -221,19 +222,20 @@ class StreamReader:
         """Yields the stream's chunks: round ``n_out // q`` on, the last one marked done."""
         if self.done:
             return
-        q = self.plan.per_round
+        q, stage = self.plan.per_round, self.stage
         outputs = self.outputs()
         ahead = next(outputs, None)
         while True:
-            round_, values, trace = self.n_out // q, [], []
-            while ahead is not None:
-                position, sample, log = ahead
-                values.append(self.stage(sample) if self.stage is not None else sample)
-                trace.append(((position[0], position[1]), log))
-                self.n_out += 1
-                ahead = next(outputs, None)  # one ahead: to know whether this chunk is the last
-                if self.n_out % q == 0:
+            n_out = self.n_out
+            round_, values, trace = n_out // q, [], []
+            for _ in range(q - n_out % q):
+                if ahead is None:
                     break
+                position, sample, log = ahead
+                values.append(stage(sample) if stage is not None else sample)
+                trace.append((position, log))
+                ahead = next(outputs, None)  # one ahead: to know whether this chunk is the last
+            self.n_out = n_out + len(values)
             done = ahead is None
             yield Chunk(self.stream, round_, values, trace, done)
             if done:

@@ -312,7 +312,7 @@ def test_state_size_for_10000_shards_and_1000_sample_buffers() -> None:
                 log.append(position)
                 out = reader.push(position[5], position)
                 if out is not None:
-                    shadow.deliver(((out[0], out[1]), log))
+                    shadow.deliver((out, log))
                     log = []
         state["state"][str(s)] = shadow.entry()
     check_order_state(state, plan)
