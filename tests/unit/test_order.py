@@ -370,3 +370,14 @@ def test_a_changed_shard_is_refused_on_refill() -> None:
         store.data[name] = tar_bytes([("s0/k000.bin", b"x")])
     with pytest.raises(ObjectChangedError, match="changed since the checkpoint"):
         run(topology(store, plan, 1, 0, state), None)
+
+
+def test_the_order_core_imports_no_loader_framework() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, aisio.core.order_loop, aisio.core.order_reader; print(sorted(m for m "
+            "in sys.modules if m == 'torch' or m.startswith(('torch.', 'torchdata'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
