@@ -381,3 +381,27 @@ def test_the_order_core_imports_no_loader_framework() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("kill", [1, 3, 6, 9])
+def test_a_skipped_bad_shard_is_skipped_alike_after_a_resume(kill: int) -> None:
+    from aisio.core.fetch import ErrorPolicy
+
+    store = Store([6, 5, 7, 4], seed=8)
+    bad = store.refs[1].uri()
+    store.data[bad] = store.data[bad][:1536 + 700]  # cut inside its second sample
+    plan = OrderPlan(store.refs, seed=8, epoch=0, streams=2, batch=2, buffer=3)
+
+    def loop(state: dict[str, Any] | None) -> tuple[Reorderer, Iterator[list[Any]]]:
+        reorderer = Reorderer(plan, state=state)
+        policy = ErrorPolicy("skip")
+        return reorderer, reorderer.batches(reader_rounds(plan, [0, 1], store.open,
+                                                          state=state, policy=policy))
+
+    whole = [s["__key__"] for b in loop(None)[1] for s in b]
+    reorderer, batches = loop(None)
+    got = [s["__key__"] for _ in range(kill) for s in next(batches)]
+    state = json.loads(json.dumps(reorderer.state_dict()))
+    rest = [s["__key__"] for b in loop(state)[1] for s in b]
+    assert got + rest == whole
+    assert len(set(whole)) == len(whole) < 6 + 5 + 7 + 4  # shard 1's tail skipped, once
