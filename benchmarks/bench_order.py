@@ -135,7 +135,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--ais", action="store_true", help="also read through AIStore")
+    parser.add_argument("--loaders", action="store_true",
+                        help="only: webdataset_dataloader vs OrderedLoader through AIStore")
     args = parser.parse_args()
+    if args.loaders:
+        return measure_loaders(args.repeat)
     workloads = [("2 KiB samples, 8 shards x 4,000", 8, 4000, 2048, 8, 64, 1000),
                  ("100 KiB samples, 8 shards x 200", 8, 200, 102_400, 8, 64, 100)]
     for name, count, samples, payload, streams, batch, buffer in workloads:
@@ -179,6 +183,48 @@ def measure_ais(name: str, data: list[bytes], streams: int, batch: int, buffer: 
                     arms(refs, Fetcher(config).open, streams, batch, buffer), repeat)
         finally:
             client.destroy_bucket(bucket)
+
+
+def measure_loaders(repeat: int, workers: int = 2) -> int:
+    """Today's resumable DataLoader against the ordered one, same shards, same run."""
+    import aisio
+    from aisio.core.client import client_for
+    from aisio.core.config import AISConfig
+    from aisio.core.urls import AISPath, Bucket
+    from aisio.loaders.ordered import OrderedLoader
+    from aisio.playground import cluster_endpoint
+
+    with cluster_endpoint() as endpoint:
+        client = client_for(AISConfig(endpoint=endpoint))
+        # the same samples held in all: workers x default buffer = K x ordered buffer
+        for name, count, samples, payload, held in [("2 KiB", 8, 4000, 2048, 1000),
+                                                    ("100 KiB", 8, 200, 102_400, 200)]:
+            bucket = Bucket(f"bench-order-{uuid.uuid4().hex[:8]}")
+            client.create_bucket(bucket)
+            try:
+                for i, blob in enumerate(make_shards(count, samples, payload)):
+                    client.put_object(AISPath(bucket, f"s-{i}.tar"), blob)
+                shards = [bucket.uri(f"s-{i}.tar") for i in range(count)]
+                opts = dict(endpoint=endpoint, batch_size=64, num_workers=workers, seed=0,
+                            collate=False)
+
+                def default(opts: dict[str, Any] = opts, shards: list[str] = shards,
+                            buffer: int = held // workers) -> int:
+                    loader = aisio.webdataset_dataloader(shards, shuffle_buffer=buffer, **opts)
+                    return sum(len(b) for b in loader)
+
+                def ordered(opts: dict[str, Any] = opts, shards: list[str] = shards,
+                            buffer: int = held // 8) -> int:
+                    loader = OrderedLoader(shards, streams=8, shuffle_buffer=buffer, **opts)
+                    return sum(len(b) for b in loader)
+
+                measure(f"{name} samples, {count} x {samples}, DataLoader {workers} workers, "
+                        f"batch 64 (buffers: {held // workers} per worker; ordered: K=8, "
+                        f"{held // 8} per stream)",
+                        {"default": default, "ordered": ordered}, repeat)
+            finally:
+                client.destroy_bucket(bucket)
+    return 0
 
 
 if __name__ == "__main__":
