@@ -75,7 +75,7 @@ class DelayBuffer(Generic[T]):
         [None, None, 'x0', 'x1']
     """
 
-    __slots__ = ("_block", "_delays", "_heap", "key", "size")
+    __slots__ = ("_block", "_blocks", "_delays", "_heap", "key", "size")
 
     def __init__(self, size: int, key: int) -> None:
         if size < 0:
@@ -85,6 +85,7 @@ class DelayBuffer(Generic[T]):
         self._heap: list[tuple[int, T]] = []  # (due << 40 | n, item): one int to compare
         self._block = -1
         self._delays: list[int] = []
+        self._blocks: dict[int, list[int]] = {}
 
     def delay(self, n: int) -> int:
         """Returns ``d(n)``: how many places sample ``n`` is delayed by (before overflow)."""
@@ -92,10 +93,15 @@ class DelayBuffer(Generic[T]):
             return 0
         block = n >> 10
         if block != self._block:
-            rng = random.Random(mix64(self.key ^ block))
-            bits, size = rng.getrandbits, self.size
-            self._delays = [bits(32) * size >> 32 for _ in range(1024)]
-            self._block = block
+            delays = self._blocks.get(block)
+            if delays is None:
+                rng = random.Random(mix64(self.key ^ block))
+                bits, size = rng.getrandbits, self.size
+                delays = [bits(32) * size >> 32 for _ in range(1024)]
+                if len(self._blocks) >= 8:  # a restore holds samples of a few blocks at once
+                    self._blocks.clear()
+                self._blocks[block] = delays
+            self._block, self._delays = block, delays
         return self._delays[n & 1023]
 
     def sort_key(self, n: int) -> int:

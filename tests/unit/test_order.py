@@ -405,3 +405,22 @@ def test_a_skipped_bad_shard_is_skipped_alike_after_a_resume(kill: int) -> None:
     rest = [s["__key__"] for b in loop(state)[1] for s in b]
     assert got + rest == whole
     assert len(set(whole)) == len(whole) < 6 + 5 + 7 + 4  # shard 1's tail skipped, once
+
+
+@SETTINGS
+@given(st.integers(1, 300), st.integers(0, 2**64 - 1), st.integers(0, 2**32))
+def test_the_delay_buffer_is_counter_based_and_bounded(size: int, key: int, seed: int) -> None:
+    from aisio.core.order import DelayBuffer
+
+    numbers = list(range(4 * size + 2500))
+    ahead: DelayBuffer[int] = DelayBuffer(size, key)
+    delays = [ahead.delay(n) for n in numbers]
+    shuffled = numbers[:]
+    random.Random(seed).shuffle(shuffled)
+    other: DelayBuffer[int] = DelayBuffer(size, key)
+    assert {n: other.delay(n) for n in shuffled} == dict(enumerate(delays))  # any order
+    assert all(0 <= d < size for d in delays)
+    buf: DelayBuffer[int] = DelayBuffer(size, key)
+    for m in numbers:  # a sample leaves at most 2 x size pushes after it entered
+        out = buf.push(m, m)
+        assert out is None or m - out <= 2 * size
