@@ -1,0 +1,210 @@
+"""The training side of the deterministic order: chunks back in order, and the state.
+
+:class:`Reorderer` runs in each rank's training process. It takes the lists of chunks its
+readers send (:func:`~aisio.core.order_reader.reader_rounds`), in whatever order the loader
+interleaves its workers, and yields the rank's part of each round: the chunks of its streams in
+stream order. Before it yields a sample it replays that sample's trace into a
+:class:`StreamShadow` of its stream (positions only, no payloads), so that
+:meth:`Reorderer.state_dict` says exactly what the training loop received: per stream, the
+samples delivered and read, the shard and byte to read next, and the samples its buffer held.
+
+The reorder window: a chunk of a later round waits until its round is complete. A loader that
+hands out its workers' items round robin (torch's DataLoader, DataLoader2) keeps that to one
+round of the rank; in general it is what the loader has in flight. More than ``window`` rounds
+waiting is refused as a loader bug.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from aisio.core.order import DelayBuffer, OrderPlan, check_order_state
+from aisio.core.order_reader import Chunk, Trace
+
+GAP = 256 * 1024
+"""Buffered samples of one shard less than this many bytes apart are saved as one span (read
+again with one request on resume, the bytes between them read and dropped)."""
+
+Held = tuple[int, int, int, int, int, int]
+"""A buffered sample in a shadow: ``(shard, ordinal, read_from, read_ordinal, end, n)`` --
+a reader reaches it by parsing from byte ``read_from`` (where sample ``read_ordinal`` starts);
+``end`` is where it ends (``read_from`` when unknown)."""
+
+
+class StreamShadow:
+    """What one stream's reader had read, and its buffer held, when the loop received its
+    latest sample: positions only, replayed from the chunks' traces.
+
+    Args:
+        plan: the epoch's plan.
+        stream: the stream's number.
+        entry: the stream's entry of a saved state (None: the epoch's start).
+    """
+
+    def __init__(self, plan: OrderPlan, stream: int, entry: Any = None) -> None:
+        self.stream = stream
+        self.place_of = {index: place for place, index in enumerate(plan.stream_shards(stream))}
+        self.buffer: DelayBuffer[Held] = plan.buffer_of(stream)
+        self.done = entry == "done"
+        self.n_out = self.n_in = self.place = self.offset = self.ordinal = 0
+        if entry is not None and not self.done:
+            n_out, n_in, place, offset, ordinal, spans = entry
+            self.n_out, self.n_in, self.place = int(n_out), int(n_in), int(place)
+            self.offset, self.ordinal = int(offset), int(ordinal)
+            for span in spans:
+                index, n_base, start, at = (int(x) for x in span[:4])
+                first = at
+                for step in span[4:]:
+                    at += int(step)
+                    self.buffer.hold(n_base + at, (index, at, start, first, start, n_base + at))
+
+    def deliver(self, trace: Trace) -> None:
+        """Replays one delivered sample: the inputs that entered the buffer, then its leaving.
+
+        Raises:
+            AssertionError: the replay disagrees with the reader (a bug, never silent).
+        """
+        sample, inputs = trace
+        left: Held | None = None
+        for position in inputs:
+            index, ordinal, start, end, last, n = position
+            if n != self.n_in:
+                raise AssertionError(f"stream {self.stream}: input {n} arrived, {self.n_in} "
+                                     "was due")
+            self.n_in = n + 1
+            self.place = self.place_of[index]
+            self.offset, self.ordinal = (end, ordinal + 1) if not last else (0, 0)
+            if last:
+                self.place += 1
+            out = self.buffer.push(n, (index, ordinal, start, ordinal, end, n))
+            if out is not None:
+                if left is not None:
+                    raise AssertionError(f"stream {self.stream}: two samples left for one")
+                left = out
+        if left is None:
+            left = self.buffer.pop()  # the stream's end: the buffer drains
+        if left[0] != sample[0] or left[1] != sample[1]:
+            raise AssertionError(f"stream {self.stream}: the reader sent {sample[:2]}, the "
+                                 f"replay says {left[:2]}")
+        self.n_out += 1
+
+    def entry(self, gap: int = GAP) -> Any:
+        """Returns the stream's entry of the state: ``"done"``, or ``[n_out, n_in, place,
+        offset, ordinal, spans]`` (see :func:`~aisio.core.order_reader.refill` for spans)."""
+        if self.done:
+            return "done"
+        spans: list[list[int]] = []
+        held = sorted(self.buffer.items())
+        last_shard = last_end = at = -1
+        for index, ordinal, read_from, read_ordinal, end, n in held:
+            if index != last_shard or read_from - last_end > gap:
+                spans.append([index, n - ordinal, read_from, read_ordinal])
+                at = read_ordinal
+            spans[-1].append(ordinal - at)
+            at = ordinal
+            last_shard, last_end = index, max(end, read_from)
+        return [self.n_out, self.n_in, self.place, self.offset, self.ordinal, spans]
+
+
+class Reorderer:
+    """One rank's training-side loop of the deterministic order (see the module doc).
+
+    Args:
+        plan: the epoch's plan.
+        rank: this rank.
+        world: the number of ranks (it must divide the number of streams).
+        state: a saved state of this epoch, merged over every rank (None: the epoch's start).
+        window: the most rounds that may wait for an earlier one to complete.
+        gap: buffered samples of a shard closer than this are saved as one span (:data:`GAP`).
+
+    Raises:
+        StateMismatchError: ``state`` is not a complete state of this plan.
+    """
+
+    def __init__(self, plan: OrderPlan, rank: int = 0, world: int = 1, *,
+                 state: dict[str, Any] | None = None, window: int = 64, gap: int = GAP
+                 ) -> None:
+        self.plan = plan
+        self.streams = plan.rank_streams(rank, world)
+        if state is not None:
+            check_order_state(state, plan)
+        entries = (state or {}).get("state", {})
+        self.shadows = {s: StreamShadow(plan, s, entries.get(str(s))) for s in self.streams}
+        self.window = window
+        self.gap = gap
+        #: the round of the latest item yielded
+        self.round = -1
+
+    def state_dict(self) -> dict[str, Any]:
+        """Returns what this rank's training loop received, as a small JSON-able dict (its
+        streams only: merge every rank's with :func:`~aisio.core.order.merge_order_states`)."""
+        return {**self.plan.header(),
+                "state": {str(s): self.shadows[s].entry(self.gap) for s in self.streams}}
+
+    def _rounds(self, packs: Iterable[Sequence[Chunk]]) -> Iterator[tuple[int, list[Chunk]]]:
+        """Yields ``(round, chunks)``: each round's chunks of this rank, in stream order."""
+        q = self.plan.per_round
+        due = {s: sh.n_out // q for s, sh in self.shadows.items() if not sh.done}
+        waiting: dict[tuple[int, int], Chunk] = {}
+        source = iter(packs)
+        while due:
+            now = min(due.values())
+            need = [s for s in self.streams if due.get(s) == now]
+            while any((s, now) not in waiting for s in need):
+                pack = next(source, None)
+                if pack is None:
+                    missing = [s for s in need if (s, now) not in waiting]
+                    raise AssertionError(f"the readers ended before stream(s) {missing} sent "
+                                         f"round {now}")
+                for chunk in pack:
+                    if chunk.stream not in due or chunk.round < due[chunk.stream]:
+                        raise AssertionError(f"{chunk!r} is not due on this rank")
+                    waiting[(chunk.stream, chunk.round)] = chunk
+                if len(waiting) > self.window * len(self.streams):
+                    raise AssertionError(
+                        f"more than {self.window} rounds wait for round {now}: the loader "
+                        "does not hand out its workers' items in turn")
+            chunks = [waiting.pop((s, now)) for s in need]
+            for chunk in chunks:
+                due[chunk.stream] = now + 1
+                if chunk.done:
+                    del due[chunk.stream]
+            yield now, chunks
+
+    def _mark(self, chunk: Chunk) -> None:
+        if chunk.done:
+            self.shadows[chunk.stream].done = True
+
+    def batches(self, packs: Iterable[Sequence[Chunk]]) -> Iterator[list[Any]]:
+        """Yields this rank's part of each round (a list of samples; rounds with nothing for
+        this rank are left out), recorded as received as it is yielded."""
+        for now, chunks in self._rounds(packs):
+            values: list[Any] = []
+            for chunk in chunks:
+                shadow = self.shadows[chunk.stream]
+                for trace in chunk.trace:
+                    shadow.deliver(trace)
+                self._mark(chunk)
+                values.extend(chunk.values)
+            if values:
+                self.round = now
+                yield values
+
+    def samples(self, packs: Iterable[Sequence[Chunk]]) -> Iterator[Any]:
+        """Yields this rank's samples one by one, in the order of :meth:`batches`, each
+        recorded as received as it is yielded (a checkpoint may fall inside a round)."""
+        for now, chunks in self._rounds(packs):
+            for chunk in chunks:
+                shadow = self.shadows[chunk.stream]
+                for k, (value, trace) in enumerate(zip(chunk.values, chunk.trace, strict=True)):
+                    shadow.deliver(trace)
+                    if k == len(chunk.values) - 1:
+                        self._mark(chunk)
+                    self.round = now
+                    yield value
+                if not chunk.values:
+                    self._mark(chunk)
+
+
+__all__ = ["GAP", "Held", "Reorderer", "StreamShadow"]

@@ -1,0 +1,277 @@
+"""The reader side of the deterministic order: one canonical stream, shards to chunks.
+
+A :class:`StreamReader` reads its stream's shards (:meth:`OrderPlan.stream_shards`) as tar
+streams with :func:`~aisio.core.epoch.task_samples`, pushes every sample through the stream's
+:class:`~aisio.core.order.DelayBuffer` and cuts what leaves into :class:`Chunk` s of
+``q = G / K`` samples, one per round. Each chunk carries, for each of its samples, the positions
+of the samples that entered the buffer before it left: the training process replays them to
+know, without the payloads, what the buffer held when the loop received a sample.
+
+Resumed from a stream's saved entry, the reader first reads the samples its buffer held again,
+one ``Range`` request per span (:func:`refill`), then continues its shard from the saved byte;
+the last span of that shard (usually the newest samples, just before the saved byte) is read by
+that same request, which then starts at the span.
+:func:`reader_rounds` is what one worker (or the training process, without workers) runs over
+its streams: one list of chunks per round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any
+
+from aisio.core.epoch import POSITION, ShardTask, task_samples
+from aisio.core.errors import AISIOError, ObjectChangedError
+from aisio.core.fetch import ErrorPolicy
+from aisio.core.order import DelayBuffer, Input, OrderPlan
+from aisio.core.samples import group_samples_with_end
+from aisio.core.sources import ObjectRef
+from aisio.core.tar import iter_tar
+
+Opener = Callable[..., IO[bytes]]
+"""``open(ref, start=...)`` -> a stream over the object from byte ``start``, e.g.
+:meth:`aisio.core.fetch.Fetcher.open`."""
+
+Trace = tuple[Input, list[Input]]
+"""One output's ``(position, inputs that entered the buffer before it left)``."""
+
+
+class Chunk:
+    """What one stream adds to one round: its samples, their trace, and whether it ended."""
+
+    __slots__ = ("done", "round", "stream", "trace", "values")
+
+    def __init__(self, stream: int, round: int, values: list[Any], trace: list[Trace],
+                 done: bool) -> None:
+        self.stream = stream
+        self.round = round
+        self.values = values
+        self.trace = trace
+        self.done = done
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Chunk, (self.stream, self.round, self.values, self.trace, self.done))
+
+    def __repr__(self) -> str:
+        return (f"Chunk(stream {self.stream}, round {self.round}, {len(self.values)} "
+                f"sample(s){', done' if self.done else ''})")
+
+
+def refill(buffer: DelayBuffer[Any], spans: Sequence[Sequence[int]],
+           shards: Sequence[ObjectRef], open: Opener) -> None:
+    """Reads the samples that ``spans`` name again and holds them in ``buffer``.
+
+    A span ``[shard, n_base, start, start_ordinal, step, step, ...]`` is read with one request
+    from byte ``start`` (where sample ``start_ordinal`` of the shard begins); the buffered
+    samples are the ordinals ``start_ordinal + step1``, ``+ step1 + step2``, ...; sample ``o``
+    is number ``n_base + o`` of the stream. Reading stops after the last of them.
+
+    Raises:
+        ObjectChangedError: the shard no longer holds a sample the span names.
+    """
+    for span in spans:
+        index, n_base, start, ordinal = (int(x) for x in span[:4])
+        ref = shards[index]
+        url = ref.uri()
+        left = _wanted(span)
+        stream = open(ref, start=start)
+        members = iter_tar(stream, url=url, start_offset=start)  # a generator: closed below
+        try:
+            begin = start
+            for sample, end in group_samples_with_end(members, url=url):
+                if ordinal in left:
+                    left.discard(ordinal)
+                    position: Input = (index, ordinal, begin, end, False, n_base + ordinal)
+                    buffer.hold(n_base + ordinal, (position, sample))
+                    if not left:
+                        break
+                begin, ordinal = end, ordinal + 1
+        finally:
+            members.close()  # type: ignore[attr-defined]
+            stream.close()
+        if left:
+            raise _changed(url, min(left), start)
+
+
+def _wanted(span: Sequence[int]) -> set[int]:
+    """Returns the ordinals a span names."""
+    at, wanted = int(span[3]), set()
+    for step in span[4:]:
+        at += int(step)
+        wanted.add(at)
+    return wanted
+
+
+def _changed(url: str, ordinal: int, start: int) -> ObjectChangedError:
+    return ObjectChangedError(
+        f"shard {url} has no sample {ordinal} past byte {start} any more: it changed since "
+        "the checkpoint; resume only over unchanged shards", url=url)
+
+
+class StreamReader:
+    """Reads one canonical stream of an epoch: samples in, shuffled samples out, as chunks.
+
+    Args:
+        plan: the epoch's :class:`OrderPlan`.
+        stream: the stream's number.
+        open: opens an object from a byte (:meth:`aisio.core.fetch.Fetcher.open`).
+        entry: the stream's entry of a saved state (None: from the epoch's start).
+        policy: what to do with a bad shard (None: raise).
+        stage: applied to each sample as it leaves the buffer (decode, tuple).
+    """
+
+    def __init__(self, plan: OrderPlan, stream: int, open: Opener, *, entry: Any = None,
+                 policy: ErrorPolicy | None = None, stage: Callable[[Any], Any] | None = None
+                 ) -> None:
+        self.plan = plan
+        self.stream = stream
+        self.order = plan.stream_shards(stream)
+        self.open = open
+        self.policy = policy
+        self.stage = stage
+        self.buffer: DelayBuffer[Any] = plan.buffer_of(stream)
+        self.done = entry == "done"
+        self.n_out = self.n_in = self.place = self.offset = self.ordinal = 0
+        self._spans: list[Any] = []
+        if entry is not None and not self.done:
+            n_out, n_in, place, offset, ordinal, spans = entry
+            self.n_out, self.n_in, self.place = int(n_out), int(n_in), int(place)
+            self.offset, self.ordinal = int(offset), int(ordinal)
+            self._spans = list(spans)
+
+    def _inputs(self, joined: Sequence[int] | None
+                ) -> Iterator[tuple[Input, dict[str, Any]]]:
+        """Yields ``(position, sample)`` for each sample of the stream's shards, from the
+        saved shard and byte on. ``joined``, a span of the shard in progress, is read by the
+        same request: the request starts at the span, and the span's samples are held in the
+        buffer on the way to the saved byte."""
+        shards = self.plan.shards
+        for place in range(self.place, len(self.order)):
+            index = self.order[place]
+            start, first = (self.offset, self.ordinal) if place == self.place else (0, 0)
+            wanted, n_base = set(), 0
+            if joined is not None and place == self.place:
+                start, first, wanted, n_base = int(joined[2]), int(joined[3]), _wanted(joined), (
+                    int(joined[1]))
+            task = ShardTask(index, shards[index], start, first)
+            yielded = 0
+            try:
+                stream = self.open(task.ref, start=start)
+            except AISIOError as exc:
+                self._handle(exc, task.uri(), 0)
+                continue
+            before = self.ordinal if joined is not None and place == self.place else 0
+            try:
+                begin, n = start, self.n_in
+                for sample in task_samples(task, stream):
+                    _, ordinal, end, last = sample.pop(POSITION)
+                    if ordinal < before:  # a joined span's sample, before the saved byte
+                        if ordinal in wanted:
+                            wanted.discard(ordinal)
+                            held: Input = (index, ordinal, begin, end, False, n_base + ordinal)
+                            self.buffer.hold(n_base + ordinal, (held, sample))
+                        begin = end
+                        continue
+                    if wanted:
+                        raise _changed(task.uri(), min(wanted), start)
+                    self.n_in = n + 1
+                    yield (index, ordinal, begin, end, last, n), sample
+                    n += 1
+                    begin = end
+                    yielded += 1
+                if wanted:
+                    raise _changed(task.uri(), min(wanted), start)
+            except ObjectChangedError:
+                raise
+            except AISIOError as exc:
+                self._handle(exc, task.uri(), yielded)
+            finally:
+                stream.close()
+
+    def _handle(self, exc: AISIOError, url: str, samples: int) -> None:
+        if self.policy is None:
+            raise exc
+        self.policy.handle(exc, url, samples=samples)
+
+    def outputs(self) -> Iterator[tuple[Input, Any, list[Input]]]:
+        """Yields ``(position, sample, inputs)`` for each sample as it leaves the buffer, with
+        the positions of the samples that entered it since the previous one left."""
+        if self.done:
+            return
+        spans, self._spans = self._spans, []
+        joined = None
+        if self.place < len(self.order):  # the shard in progress: its last span rides along
+            mine = [span for span in spans if int(span[0]) == self.order[self.place]]
+            if mine:
+                joined = max(mine, key=lambda span: int(span[2]))
+                spans = [span for span in spans if span is not joined]
+        refill(self.buffer, spans, self.plan.shards, self.open)
+        log: list[Input] = []
+        for position, sample in self._inputs(joined):
+            log.append(position)
+            out = self.buffer.push(position[5], (position, sample))
+            if out is not None:
+                yield out[0], out[1], log
+                log = []
+        while len(self.buffer):
+            out = self.buffer.pop()
+            yield out[0], out[1], log
+            log = []
+
+    def chunks(self) -> Iterator[Chunk]:
+        """Yields the stream's chunks: round ``n_out // q`` on, the last one marked done."""
+        if self.done:
+            return
+        q, stage = self.plan.per_round, self.stage
+        outputs = self.outputs()
+        ahead = next(outputs, None)
+        while True:
+            n_out = self.n_out
+            round_, values, trace = n_out // q, [], []
+            for _ in range(q - n_out % q):
+                if ahead is None:
+                    break
+                position, sample, log = ahead
+                values.append(stage(sample) if stage is not None else sample)
+                trace.append((position, log))
+                ahead = next(outputs, None)  # one ahead: to know whether this chunk is the last
+            self.n_out = n_out + len(values)
+            done = ahead is None
+            yield Chunk(self.stream, round_, values, trace, done)
+            if done:
+                self.done = True
+                return
+
+
+def reader_rounds(plan: OrderPlan, streams: Sequence[int], open: Opener, *,
+                  state: dict[str, Any] | None = None, policy: ErrorPolicy | None = None,
+                  stage: Callable[[Any], Any] | None = None) -> Iterator[list[Chunk]]:
+    """Yields, round by round, the chunks of ``streams`` (what one worker sends: one item per
+    round, so that a loader handing out worker items round robin keeps them in order).
+
+    Args:
+        plan: the epoch's plan.
+        streams: this reader's streams (:meth:`OrderPlan.reader_streams`).
+        open: opens an object from a byte.
+        state: a saved (merged) state of this epoch, checked by the caller.
+        policy: what to do with a bad shard (None: raise).
+        stage: applied to each sample as it leaves its buffer.
+    """
+    entries = (state or {}).get("state", {})
+    readers = [StreamReader(plan, s, open, entry=entries.get(str(s)), policy=policy,
+                            stage=stage) for s in streams]
+    live = {r.stream: (r, r.chunks()) for r in readers if not r.done}
+    due = {r.stream: r.n_out // plan.per_round for r, _ in live.values()}
+    while live:
+        now = min(due.values())
+        pack = []
+        for stream in [s for s in streams if s in live and due[s] == now]:
+            chunk = next(live[stream][1])
+            pack.append(chunk)
+            due[stream] = now + 1
+            if chunk.done:
+                del live[stream], due[stream]
+        yield pack
+
+
+__all__ = ["Chunk", "Opener", "StreamReader", "Trace", "reader_rounds", "refill"]
