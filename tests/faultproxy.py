@@ -1,11 +1,11 @@
 """A fault-injecting HTTP proxy on 127.0.0.1, in front of a real AIStore endpoint.
 
 It forwards every request to the cluster (following the proxy->target redirect itself, so the
-client only ever talks to it) and breaks GET answers on purpose: after ``cut_after`` body bytes,
-or at a random point with probability ``reset_probability``, it resets the TCP connection
-(RST, not a clean close); after ``stall_after`` body bytes it stops sending and holds the
-connection open (for ``stall_seconds`` at most, or until the proxy stops). Every break and stall
-is counted, so tests can check that faults happened.
+client only ever talks to it, except for the body of a PUT) and breaks GET answers on purpose:
+after ``cut_after`` body bytes, or at a random point with probability ``reset_probability``, it
+resets the TCP connection (RST, not a clean close); after ``stall_after`` body bytes it stops
+sending and holds the connection open (for ``stall_seconds`` at most, or until the proxy stops).
+Every break and stall is counted, so tests can check that faults happened.
 """
 
 from __future__ import annotations
@@ -126,8 +126,11 @@ class FaultProxy:
                 body = self.rfile.read(length) if length else None
                 headers = {k: v for k, v in self.headers.items()
                            if k.lower() not in _HOP_HEADERS | {"host", "content-length"}}
+                # A PUT's redirect goes back to the client, which sends the body to the target
+                # (aisio sends the proxy an empty body); every other redirect is followed here.
                 resp = session.request(method, proxy.upstream + self.path, headers=headers,
-                                       data=body, stream=True, allow_redirects=True, timeout=30)
+                                       data=body, stream=True, allow_redirects=method != "PUT",
+                                       timeout=30)
                 length = resp.headers.get("Content-Length")
                 payload_len = int(length) if length is not None else None
                 self.send_response(resp.status_code)
