@@ -23,6 +23,7 @@ import aisio
 from aisio.core.client import Client, client_for
 from aisio.core.urls import AISPath, Bucket, object_url
 from tests.faultproxy import fault_proxy
+from tests.integration._recording_proxy import RecordingProxy
 
 SECRET = "aisio-test-secret"
 
@@ -261,16 +262,31 @@ def test_token_reaches_the_target_after_the_redirect() -> None:
 @pytest.mark.parametrize("name", ["a/../b.bin", "./x.bin", "a/./b.bin", "..", "%2e%2e/c", "a/.."])
 def test_dot_segments_are_names_or_typed_errors(ais_endpoint: str, bucket: Bucket,
                                                 name: str) -> None:
-    client = client_for(aisio.AISConfig(endpoint=ais_endpoint))
-    path = AISPath(bucket, name)
+    proxy = RecordingProxy(ais_endpoint).start()  # shows what reached the server
     try:
-        client.put_object(path, b"dots")
-    except aisio.AISIOError as exc:  # refused by the server: said so, with the name
-        assert bucket.name in str(exc)
-        return
-    assert client.get_bytes(path) == b"dots"
-    listed = [e["name"] for e in client.list_objects(bucket)]
-    assert listed == [name]
+        client = client_for(aisio.AISConfig(endpoint=proxy.endpoint))
+        path = AISPath(bucket, name)
+        try:
+            client.put_object(path, b"dots")
+            stored = True
+        except aisio.AISIOError as exc:  # refused by the server: said so, with the name
+            assert bucket.name in str(exc)
+            stored = False
+        if stored:
+            assert client.get_bytes(path) == b"dots"
+    finally:
+        proxy.stop()
+    # Every request named the object exactly, with no dot segment left for a client, proxy or
+    # server to resolve ("a/../b.bin" must never become "b.bin").
+    sent = [r for r in proxy.log if r["object"] is not None]
+    assert [r["method"] for r in sent] == (["PUT", "GET"] if stored else ["PUT"])
+    for record in sent:
+        assert record["object"] == name
+        assert not {".", ".."} & set(record["path"].split("/")), record["path"]
+    if stored:
+        listed = [e["name"] for e in client_for(aisio.AISConfig(endpoint=ais_endpoint))
+                  .list_objects(bucket)]
+        assert listed == [name]
 
 
 def test_double_slashes_are_collapsed_by_the_server_and_still_readable(
