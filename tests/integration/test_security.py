@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import pickle
 import subprocess
 import threading
@@ -22,6 +23,7 @@ import pytest
 import aisio
 from aisio.core.client import Client, client_for
 from aisio.core.urls import AISPath, Bucket, object_url
+from tests.conftest import tar_bytes
 from tests.faultproxy import fault_proxy
 from tests.integration._recording_proxy import RecordingProxy
 
@@ -297,3 +299,33 @@ def test_double_slashes_are_collapsed_by_the_server_and_still_readable(
     client.put_object(AISPath(bucket, "dir//x.bin"), b"1")
     assert [e["name"] for e in client.list_objects(bucket)] == ["dir/x.bin"]
     assert client.get_bytes(AISPath(bucket, "dir//x.bin")) == b"1"
+
+
+SHELLISH = ["a;touch pwned;.tar", "$(touch pwned).tar", "`touch pwned`.tar", "a|b&c>d<e.tar",
+            "x'y\"z\\.tar", "${IFS}*?[!]~.tar", "-rf --help.tar"]
+
+
+def test_no_shell_is_ever_run_for_a_url(ais_endpoint: str, ais_client: Client, bucket: Bucket,
+                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for i, name in enumerate(SHELLISH):
+        ais_client.put_object(AISPath(bucket, name), tar_bytes([(f"k{i}.cls", b"1")]))
+    ran: list[object] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        ran.append(args)
+        raise AssertionError(f"a process was started for {args!r}")
+
+    for module, name in [(subprocess, "Popen"), (os, "system"), (os, "popen"), (os, "execv"),
+                         (os, "execve"), (os, "execvp"), (os, "posix_spawn"),
+                         (os, "posix_spawnp"), (os, "fork")]:
+        monkeypatch.setattr(module, name, refuse)
+    monkeypatch.chdir(tmp_path)  # where `touch pwned` would leave its file
+    listed = list(aisio.AISFileLister(bucket.uri(), url=ais_endpoint))
+    urls = list(aisio.AISSourceLister(bucket.uri(), url=ais_endpoint))
+    samples = list(aisio.AISFileLoader(listed, url=ais_endpoint).ais_parse_webdataset())
+    cache = aisio.ShardCache(tmp_path / "cache", max_bytes=10**8)
+    threaded = list(aisio.webdataset_pipe(listed, url=ais_endpoint, concurrency=3, cache=cache,
+                                          decode="pil", tuple_fields=("cls",)))
+    assert sorted(n.rsplit("/", 1)[-1] for n in listed) == sorted(SHELLISH)
+    assert len(urls) == len(samples) == len(threaded) == len(SHELLISH)
+    assert ran == [] and not (tmp_path / "pwned").exists()
