@@ -153,8 +153,12 @@ class Node:
 
 
 def cluster_config(primary_url: str, tls: tuple[str, str] | None,
-                   auth_secret: str | None = None) -> dict[str, Any]:
-    """Returns the cluster configuration shared by every node of a playground."""
+                   auth_secret: str | None = None, client_ca: str | None = None
+                   ) -> dict[str, Any]:
+    """Returns the cluster configuration shared by every node of a playground.
+
+    ``client_ca``: a PEM bundle; clients must then present a certificate it verifies (mTLS).
+    """
     auth: dict[str, Any] = {}
     if auth_secret:  # clients must send a JWT signed (HS256) with this secret
         auth = {"signature": {"key": auth_secret, "method": "HMAC"}, "client_auth_required": True}
@@ -182,6 +186,9 @@ def cluster_config(primary_url: str, tls: tuple[str, str] | None,
                 "server_crt": tls[0] if tls else "",
                 "server_key": tls[1] if tls else "",
                 "skip_verify": tls is not None,  # nodes talk to each other over a self-signed cert
+                # tls.RequireAndVerifyClientCert (4) when client certificates are required
+                "client_ca_tls": client_ca or "",
+                "client_auth_tls": 4 if client_ca else 0,
                 "chunked_transfer": True,
                 "idle_conns_per_host": 32,
                 "idle_conns": 256,
@@ -233,6 +240,9 @@ class Playground:
         ntargets: how many storage targets to start.
         tls: ``(cert.pem, key.pem)`` to serve HTTPS instead of HTTP.
         auth_secret: require AuthN tokens (HS256 JWTs signed with this secret) from clients.
+        client_ca: with ``tls``, require client certificates (mutual TLS) verified by this CA
+            (PEM). The nodes present ``tls``'s certificate to each other and to the
+            playground's own checks, so it is trusted as a client too.
         binary: an aisnode binary to use instead of building one.
 
     Example:
@@ -248,6 +258,7 @@ class Playground:
         *,
         tls: tuple[str, str] | None = None,
         auth_secret: str | None = None,
+        client_ca: str | None = None,
         binary: Path | str | None = None,
         log: Log = _stderr,
     ) -> None:
@@ -257,6 +268,9 @@ class Playground:
         self.ntargets = ntargets
         self.tls = tls
         self.auth_secret = auth_secret
+        if client_ca is not None and tls is None:
+            raise PlaygroundError("client_ca (mutual TLS) needs tls=(cert.pem, key.pem)")
+        self.client_ca = client_ca
         self.binary = Path(binary) if binary else None
         self.log = log
         self.nodes: list[Node] = []
@@ -306,7 +320,12 @@ class Playground:
         self.nodes = [proxy, *targets]
         self.endpoint = f"{scheme}://127.0.0.1:{proxy.port}"
         config_path = self.root / "cluster.json"
-        config = cluster_config(self.endpoint, self.tls, self.auth_secret)
+        bundle = None
+        if self.client_ca and self.tls:  # the nodes' own certificate is a client's too
+            bundle = self.root / "client-ca.pem"
+            bundle.write_text(Path(self.client_ca).read_text() + Path(self.tls[0]).read_text())
+        config = cluster_config(self.endpoint, self.tls, self.auth_secret,
+                                str(bundle) if bundle else None)
         config_path.write_text(json.dumps(config, indent=2))
         try:
             self._spawn(binary, proxy)
@@ -359,6 +378,8 @@ class Playground:
             ctx = ssl.create_default_context()
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
+            if self.tls:  # presented when the nodes require client certificates
+                ctx.load_cert_chain(*self.tls)
         base = self.endpoint if port is None else self.endpoint.rsplit(":", 1)[0] + f":{port}"
         try:
             with urllib.request.urlopen(base + path, timeout=2, context=ctx) as resp:

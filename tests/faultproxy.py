@@ -1,11 +1,11 @@
 """A fault-injecting HTTP proxy on 127.0.0.1, in front of a real AIStore endpoint.
 
 It forwards every request to the cluster (following the proxy->target redirect itself, so the
-client only ever talks to it) and breaks GET answers on purpose: after ``cut_after`` body bytes,
-or at a random point with probability ``reset_probability``, it resets the TCP connection
-(RST, not a clean close); after ``stall_after`` body bytes it stops sending and holds the
-connection open (for ``stall_seconds`` at most, or until the proxy stops). Every break and stall
-is counted, so tests can check that faults happened.
+client only ever talks to it, except for the body of a PUT) and breaks GET answers on purpose:
+after ``cut_after`` body bytes, or at a random point with probability ``reset_probability``, it
+resets the TCP connection (RST, not a clean close); after ``stall_after`` body bytes it stops
+sending and holds the connection open (for ``stall_seconds`` at most, or until the proxy stops).
+Every break and stall is counted, so tests can check that faults happened.
 """
 
 from __future__ import annotations
@@ -36,18 +36,21 @@ class FaultProxy:
         cut_after: reset every GET answer after this many body bytes (None: never).
         reset_probability: chance that a GET answer is reset at a random byte.
         min_body: only break answers whose remaining body is larger than this.
-        fail_statuses: answer the first requests with these statuses instead (e.g. [503, 429]).
+        fail_statuses: answer the first requests with these statuses instead (e.g. [503, 429]),
+            each a status or a ``(status, body)`` pair (e.g. an AIStore JSON error body).
         break_paths: only GETs whose path starts with one of these are broken.
         seed: for the random resets.
         stall_after: stop sending every GET answer after this many body bytes (None: never).
         stall_seconds: how long a stall lasts at most (the connection is then closed).
+        max_stalls: stall only this many answers (None: every one).
     """
 
     def __init__(self, upstream: str, *, cut_after: int | None = None,
                  reset_probability: float = 0.0, min_body: int = 0,
-                 fail_statuses: tuple[int, ...] = (),
+                 fail_statuses: tuple[int | tuple[int, bytes], ...] = (),
                  break_paths: tuple[str, ...] = ("/v1/objects/",), seed: int = 0,
-                 stall_after: int | None = None, stall_seconds: float = 60.0) -> None:
+                 stall_after: int | None = None, stall_seconds: float = 60.0,
+                 max_stalls: int | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.cut_after = cut_after
         self.reset_probability = reset_probability
@@ -60,6 +63,7 @@ class FaultProxy:
         self.stall_after = stall_after
         self.stall_seconds = stall_seconds
         self.stalls = 0
+        self.max_stalls = max_stalls
         self._stopping = threading.Event()
         self.requests = 0
         self.range_requests = 0
@@ -99,6 +103,7 @@ class FaultProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # else a small answer waits ~40 ms for a delayed ACK
 
             def log_message(self, *args: object) -> None:  # quiet
                 pass
@@ -111,16 +116,21 @@ class FaultProxy:
                     proxy.auth_headers.append(self.headers.get("Authorization"))
                     status = proxy.fail_statuses.pop(0) if proxy.fail_statuses else None
                 if status is not None:
+                    status, error = status if isinstance(status, tuple) else (status, b"")
                     self.send_response(status)
-                    self.send_header("Content-Length", "0")
+                    self.send_header("Content-Length", str(len(error)))
                     self.end_headers()
+                    self.wfile.write(error)
                     return
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 headers = {k: v for k, v in self.headers.items()
                            if k.lower() not in _HOP_HEADERS | {"host", "content-length"}}
+                # A PUT's redirect goes back to the client, which sends the body to the target
+                # (aisio sends the proxy an empty body); every other redirect is followed here.
                 resp = session.request(method, proxy.upstream + self.path, headers=headers,
-                                       data=body, stream=True, allow_redirects=True, timeout=30)
+                                       data=body, stream=True, allow_redirects=method != "PUT",
+                                       timeout=30)
                 length = resp.headers.get("Content-Length")
                 payload_len = int(length) if length is not None else None
                 self.send_response(resp.status_code)
@@ -137,6 +147,9 @@ class FaultProxy:
                 is_object = self.path.startswith(proxy.break_paths)
                 cut = proxy._cut_point(payload_len) if method == "GET" and is_object else None
                 stall = proxy.stall_after if method == "GET" and is_object else None
+                with proxy.lock:
+                    if proxy.max_stalls is not None and proxy.stalls >= proxy.max_stalls:
+                        stall = None
                 sent = 0
                 for chunk in resp.raw.stream(64 * 1024, decode_content=False):
                     if stall is not None and sent + len(chunk) > stall:

@@ -103,10 +103,14 @@ class Client:
         """
         timeout = (self.config.connect_timeout, self.config.read_timeout)
         body = b"" if (method == "PUT" and data is not None) else data
+        stream = kw.pop("stream", False)
         for _ in range(_MAX_HOPS):
-            resp = self.session.request(
-                method, url, data=body, allow_redirects=False, timeout=timeout, **kw
-            )
+            prepared = self.session.prepare_request(requests.Request(method, url, data=body, **kw))
+            # Sent as aisio quoted it: requests would unquote %2E back into '.', and a '..'
+            # segment on the wire lets any proxy on the way resolve 'a/../b' to 'b'.
+            prepared.url = url
+            resp = self.session.send(prepared, allow_redirects=False, timeout=timeout,
+                                     stream=stream)
             location = resp.headers.get("Location")
             if resp.status_code not in _REDIRECTS or not location:
                 return resp

@@ -11,7 +11,10 @@ of aisio's resumable loaders, as a real training loop would, checkpointing on th
   fsynced after every batch, so a SIGKILL loses nothing already written.
 * Every ``--every`` steps (while ``step <= --ckpt-until``), all ranks call
   :func:`aisio.gather_state` and rank 0 writes ``--ckpt`` atomically (temp file + os.replace):
-  ``{"state": merged state, "counts": [keys written by each rank], "step", "epoch", "time"}``.
+  ``{"state": merged state, "ranks": [each rank's own state], "counts": [keys written by each
+  rank], "step", "epoch", "time"}``. Every rank writes the merged state it got to
+  ``DIR/gathered-rank<R>.json`` (gather_state gives it on every rank).
+* ``--resume-ranks`` loads the checkpoint's list of per-rank states instead of the merged one.
 * ``--stop-after N`` ends the process abruptly (``os._exit``) after N batches of the first epoch:
   a crash at a known step (all ranks stop at the same step).
 * ``--sleep`` slows each step down (to leave the test time to SIGKILL the job mid-epoch).
@@ -67,6 +70,7 @@ def main() -> None:
     parser.add_argument("--shuffle-buffer", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--resume", default=None)
+    parser.add_argument("--resume-ranks", action="store_true")
     parser.add_argument("--ckpt", default=None)
     parser.add_argument("--every", type=int, default=0)
     parser.add_argument("--ckpt-until", type=int, default=10**9)
@@ -87,7 +91,7 @@ def main() -> None:
     loader = build(args.kind, args.template, args)
     if args.resume:
         with open(args.resume) as fh:
-            loader.load_state_dict(json.load(fh)["state"])
+            loader.load_state_dict(json.load(fh)["ranks" if args.resume_ranks else "state"])
     keys_path = os.path.join(args.out, f"keys-rank{args.rank}.txt")
     written = 0
     batches: list[int] = []
@@ -104,13 +108,19 @@ def main() -> None:
                 os.fsync(out.fileno())
                 written += len(keys)
                 if args.every and step % args.every == 0 and step <= args.ckpt_until:
+                    own = loader.state_dict()
                     state = aisio.gather_state(loader)
                     counts: list[Any] = [written]
+                    ranks: list[Any] = [own]
                     if args.world > 1:
-                        counts = [None] * args.world
+                        counts, ranks = [None] * args.world, [None] * args.world
                         dist.all_gather_object(counts, written)
+                        dist.all_gather_object(ranks, own)
+                    write_atomic(os.path.join(args.out, f"gathered-rank{args.rank}.json"),
+                                 {"state": state, "step": step})
                     if args.rank == 0 and args.ckpt:
-                        write_atomic(args.ckpt, {"state": state, "counts": counts, "step": step,
+                        write_atomic(args.ckpt, {"state": state, "ranks": ranks,
+                                                 "counts": counts, "step": step,
                                                  "epoch": epoch, "time": time.time()})
                 if args.stop_after and step >= args.stop_after and not batches:
                     if args.world > 1:

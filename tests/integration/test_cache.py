@@ -12,7 +12,7 @@ import pytest
 
 import aisio
 from aisio.core.client import Client
-from aisio.core.urls import AISPath, Bucket
+from aisio.core.urls import AISPath, Bucket, bucket_url
 from tests.conftest import tar_bytes
 from tests.faultproxy import fault_proxy
 
@@ -120,3 +120,21 @@ def test_a_cache_that_cannot_write_degrades_to_uncached_reads(
         assert len(samples) == 3 * 250
         assert len([w for w in caught if "cannot write" in str(w.message)]) == 1
         cache = aisio.ShardCache(tiny_mount / "cache", max_bytes=10**9)  # warns again, once
+
+
+def test_objects_that_name_no_version_nor_checksum_are_not_cached(
+        ais_endpoint: str, ais_client: Client, bucket: Bucket, cache: aisio.ShardCache) -> None:
+    # Versioning and checksums off: neither HEAD nor GET names the content, so an entry could
+    # never be told from a newer object of the same size.
+    ais_client.request("PATCH", bucket_url(ais_client.endpoint, bucket), name=bucket.uri(),
+                       what="setting props", json={"action": "set-bprops", "value": {
+                           "versioning": {"enabled": False}, "checksum": {"type": "none"}}}
+                       ).close()
+    ais_client.put_object(AISPath(bucket, "s.tar"), _shard(b"a"))
+    assert ais_client.object_version(AISPath(bucket, "s.tar")) is None
+    with fault_proxy(ais_endpoint) as proxy:
+        first = _read(bucket, proxy.endpoint, cache)
+        assert _read(bucket, proxy.endpoint, cache) == first
+        assert proxy.object_gets == 2  # each pass read the object from the cluster
+    assert len(first) == 4
+    assert _entries(cache.directory) == []

@@ -7,6 +7,7 @@ import gzip
 import io
 import lzma
 import random
+from pathlib import Path
 
 import pytest
 import webdataset as wds
@@ -15,6 +16,7 @@ import aisio
 from aisio.core.client import Client
 from aisio.core.urls import AISPath, Bucket
 from tests.conftest import sample_keys
+from tests.faultproxy import fault_proxy
 
 
 def shard(index: int, n: int = 20) -> bytes:
@@ -68,8 +70,15 @@ def test_compressed_shards_in_the_full_pipeline_with_cache(
                                  decode="pil", tuple_fields=("bin", "cls"), shuffle_shards=False,
                                  cache=cache)
     first = list(pipe)
-    again = list(pipe)  # from the cache: the compressed bytes, decompressed again
-    assert len(first) == 40 and [t[1] for t in first] == [t[1] for t in again]
+    assert len(list(Path(tmp_path).glob("*.shard"))) == 2  # both shards, as they are stored
+    with fault_proxy(ais_endpoint) as proxy:  # counts the GETs of the second pass
+        pipe = aisio.webdataset_pipe([bucket.uri("a.tar.gz"), bucket.uri("b.tar")],
+                                     url=proxy.endpoint, decode="pil",
+                                     tuple_fields=("bin", "cls"), shuffle_shards=False,
+                                     cache=cache)
+        again = list(pipe)  # from the cache: the compressed bytes, decompressed again
+        assert proxy.object_gets == 0  # only HEADs (the version): no byte from the cluster
+    assert len(first) == 40 and first == again
 
 
 def test_bad_compressed_shards_are_typed_and_skippable(

@@ -19,6 +19,7 @@ from aisio.core.client import Client, client_for
 from aisio.core.urls import AISPath, Bucket, bucket_url, object_url
 from aisio.playground import Playground
 from tests.conftest import write_shards
+from tests.integration._recording_proxy import RecordingProxy
 
 
 @pytest.fixture(scope="module")
@@ -94,31 +95,53 @@ def _read_at_least(reader: object, count: int) -> bytes:
     return data
 
 
-def test_overwrite_during_resume_without_versions_is_not_spliced(ais_client: Client,
-                                                                  bucket: Bucket) -> None:
+@pytest.fixture
+def recording(ais_endpoint: str) -> Iterator[RecordingProxy]:
+    """A proxy in front of the session's cluster that records every request's Range header."""
+    proxy = RecordingProxy(ais_endpoint).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def test_overwrite_during_resume_without_versions_is_not_spliced(
+        ais_client: Client, bucket: Bucket, recording: RecordingProxy) -> None:
     _unversioned(ais_client, bucket)
     path = AISPath(bucket, "same-size.bin")
     ais_client.put_object(path, b"a" * 300_000)
-    reader = ais_client.open(object_url(ais_client.endpoint, path), name=path.uri())
+    client = client_for(aisio.AISConfig(endpoint=recording.endpoint))
+    reader = client.open(object_url(client.endpoint, path), name=path.uri())
     first = _read_at_least(reader, 150_000)
+    assert not reader.identified  # nothing names the version: the byte-0 path is the one
     ais_client.put_object(path, b"b" * 300_000)  # same size, new bytes
     reader._drop()  # the connection breaks here
-    with pytest.raises(aisio.ObjectChangedError, match="changed"):
+    # Reopened from byte 0 (no Range), the prefix read again and compared: it differs.
+    with pytest.raises(aisio.ObjectChangedError, match="different bytes now"):
         first += reader.read()
     reader.close()
     assert set(first) == {ord("a")}
+    assert [r["range"] for r in recording.recorded_gets()] == [None, None]
 
 
-def test_resume_without_versions_is_byte_exact(ais_client: Client, bucket: Bucket) -> None:
+def test_resume_without_versions_is_byte_exact(ais_client: Client, bucket: Bucket,
+                                              recording: RecordingProxy) -> None:
     _unversioned(ais_client, bucket)
     path = AISPath(bucket, "stable.bin")
     data = os.urandom(300_000)
     ais_client.put_object(path, data)
-    reader = ais_client.open(object_url(ais_client.endpoint, path), name=path.uri())
+    client = client_for(aisio.AISConfig(endpoint=recording.endpoint))
+    reader = client.open(object_url(client.endpoint, path), name=path.uri())
     got = _read_at_least(reader, 100_000)
+    assert not reader.identified
     reader._drop()
     got += _read_at_least(reader, 200_000 - len(got))
     reader._drop()
     got += reader.read()
     reader.close()
     assert got == data
+    # Each reopen started at byte 0 (the compare path), never with Range; the prefix that was
+    # read again went through the proxy a second and a third time.
+    gets = recording.recorded_gets()
+    assert [r["range"] for r in gets] == [None, None, None]
+    assert sum(r["bytes"] for r in gets) >= len(data) + 100_000 + 200_000

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+import tarfile
 from collections import Counter
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import webdataset as wds
 
 import aisio
 from aisio.core.client import Client
-from aisio.core.urls import Bucket
+from aisio.core.urls import AISPath, Bucket
 from aisio.playground import free_port
 from tests.conftest import needs_dataloader2, sample_keys, write_shards
 from tests.faultproxy import fault_proxy
@@ -73,7 +75,19 @@ def test_seed_reproduces_order_and_epochs_reshuffle(ais_endpoint: str,
 
 def test_batches_train_a_model(ais_endpoint: str, ais_client: Client, bucket: Bucket,
                                tmp_path: Path) -> None:
-    template, _ = write_shards(ais_client, bucket, tmp_path, shards=4, per_shard=64, payload=16)
+    template, keys = write_shards(ais_client, bucket, tmp_path, shards=4, per_shard=64,
+                                  payload=16)
+    # Each sample's label, by its (random, unique) bytes, read with tarfile (not aisio): what
+    # every batch must pair them with.
+    label_of: dict[bytes, int] = {}
+    for s in range(4):
+        raw = ais_client.get_bytes(AISPath(bucket, f"shard-{s:04d}.tar"))
+        with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+            files = {m.name: tar.extractfile(m).read() for m in tar}  # type: ignore[union-attr]
+        for name, data in files.items():
+            if name.endswith(".bin"):
+                label_of[data] = int(files[name[: -len(".bin")] + ".cls"])
+    assert len(label_of) == len(keys)
     loader = aisio.webdataset_loader(
         template, url=ais_endpoint, decode=aisio.Decoder(image=None), tuple_fields=("bin", "cls"),
         batch_size=32, num_workers=2,
@@ -85,6 +99,8 @@ def test_batches_train_a_model(ais_endpoint: str, ais_client: Client, bucket: Bu
     try:
         for _ in range(8):
             for x, y in loader:
+                raw = (x * 255).round().to(torch.uint8)
+                assert [label_of[bytes(row.tolist())] for row in raw] == y.tolist()
                 loss = torch.nn.functional.cross_entropy(model(x), y)
                 opt.zero_grad()
                 loss.backward()
@@ -93,14 +109,13 @@ def test_batches_train_a_model(ais_endpoint: str, ais_client: Client, bucket: Bu
     finally:
         loader.shutdown()
     assert len(losses) >= 8 * 8
-    assert sum(losses[-8:]) < sum(losses[:8])
+    assert sum(losses[-8:]) < sum(losses[:8])  # the model learns the pairing (memorises it)
 
 
 def _to_tensor(batch: tuple[list[bytes], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     raw, labels = batch
     x = torch.stack([torch.frombuffer(bytearray(b), dtype=torch.uint8).float() / 255 for b in raw])
-    # Labels are learnable from the bytes only through the model; tie them to the input a little.
-    return x + torch.nn.functional.one_hot(labels, 16)[:, :16].float(), labels
+    return x, labels
 
 
 def test_resampled_epochs_have_the_asked_length(ais_endpoint: str,
@@ -115,7 +130,24 @@ def test_resampled_epochs_have_the_asked_length(ais_endpoint: str,
     assert len(first) == len(second) == 150
     assert set(first) <= set(keys)
     assert first != second
-    assert len(set(first)) < len(first)  # drawn with replacement: shards repeat
+
+
+def test_resampled_shards_are_drawn_with_replacement(ais_endpoint: str,
+                                                     shards: tuple[str, list[str]]) -> None:
+    # One worker, no shuffle buffer: the epoch is whole shards in the order drawn, each draw
+    # starting at its shard's sample00000. Drawn with replacement, a shard comes back before
+    # all 5 were drawn (in 5 draws: 1 - 5!/5**5 = 96 %; in one of two epochs: 99.9 %).
+    # Without replacement (a shuffled cycle), the first 5 draws are always 5 shards.
+    template, _ = shards
+    loader = aisio.webdataset_loader(template, url=ais_endpoint, resampled=True,
+                                     samples_per_epoch=150, num_workers=1, seed=5)
+    try:
+        epochs = [sample_keys(loader) for _ in range(2)]
+    finally:
+        loader.shutdown()
+    draws = [[k.split("/")[0] for k in epoch if k.endswith("/sample00000")] for epoch in epochs]
+    assert all(len(d) >= 6 for d in draws), draws  # 150 samples of 20-24-sample shards
+    assert any(len(set(d[:5])) < 5 for d in draws), draws
 
 
 def test_source_lister_urls_feed_webdataset(ais_endpoint: str,
@@ -150,10 +182,15 @@ def test_two_ranks_two_workers(ais_endpoint: str, ais_client: Client, bucket: Bu
         assert sorted(union) == sorted(keys)  # every sample exactly once
     else:
         # Every rank yields the same number of samples; the surplus of the longer rank is
-        # dropped for this epoch (shards are 10+i samples, so the split is never exact).
+        # dropped for this epoch (shards are 10+i samples, so the split is rarely exact). The
+        # rank that ran out first yielded its whole share: every sample of its shards, and
+        # nothing else is dropped but the other rank's samples past that count.
         assert len(per_rank[0]) == len(per_rank[1])
         assert set(union) <= set(keys)
-        assert len(union) >= len(keys) - 2 * (10 + shards_n)
+        by_shard = Counter(k.split("/")[0] for k in keys)
+        shares = [Counter(k.split("/")[0] for k in rank) for rank in per_rank]
+        assert any(share == {s: by_shard[s] for s in share} and
+                   len(share) in (shards_n // 2, (shards_n + 1) // 2) for share in shares), shares
 
 
 def test_shard_cache_serves_later_epochs_and_stays_under_its_limit(

@@ -79,9 +79,15 @@ def test_shutdown_after_an_early_break_returns(ais_endpoint: str,
                                                shards: tuple[str, list[str]]) -> None:
     template, _ = shards
     loader = default_loader(template, url=ais_endpoint, num_workers=2)
+    started = 0.0
     for i, _ in enumerate(loader):
         if i == 5:
+            started = time.monotonic()  # leaving the loop closes the epoch's workers already
             break
-    started = time.monotonic()
     loader.shutdown()
-    assert time.monotonic() - started < 30
+    took = time.monotonic() - started
+    print(f"leaving the loop and shutdown() took {took:.2f} s")
+    # README.md: "returns within about a second" (workers get 1 s, then are terminated). 5 s
+    # leaves room for a loaded 2-core machine (joining and terminating two workers while
+    # other jobs run) and still fails a shutdown that waits for reads or torchdata's 20 s joins.
+    assert took < 5, f"shutdown took {took:.1f} s"

@@ -68,7 +68,7 @@ def _kinds(*kinds: str) -> list[Any]:
 
 
 ALL = _kinds("dl2", "dataloader", "stateful", "nodes")
-DIST = _kinds("dl2", "dataloader", "nodes")
+DIST = _kinds("dl2", "dataloader", "stateful", "nodes")
 
 
 class Data:
@@ -277,8 +277,10 @@ def test_two_ranks_keep_and_drop(data: Data, tmp_path: Path, kind: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", DIST)
 def test_resume_across_rank_counts(data: Data, tmp_path: Path, kind: str) -> None:
-    """A 2-rank job crashes after a mid-epoch checkpoint and resumes on 1 rank; a 1-rank job
-    crashes and resumes on 2 ranks (both at once): every sample exactly once across the runs."""
+    """A 2-rank job crashes after a mid-epoch checkpoint and resumes on 1 rank, from the merged
+    state and from the list of per-rank states; a 1-rank job crashes and resumes on 2 ranks (all
+    at once): every sample exactly once across the runs. gather_state gave every rank the same
+    merged state."""
     two, one = tmp_path / "two-to-one", tmp_path / "one-to-two"
     two_ranks = [two / "r0", two / "r1"]
     one_rank = one / "single"
@@ -289,12 +291,18 @@ def test_resume_across_rank_counts(data: Data, tmp_path: Path, kind: str) -> Non
     ckpt_two = json.loads((two / "ckpt.json").read_text())
     ckpt_one = json.loads((one / "ckpt.json").read_text())
     assert (ckpt_two["step"], ckpt_one["step"]) == (4, 6)
-    resumed_one = two / "single"
+    gathered = [json.loads((out / f"gathered-rank{r}.json").read_text())
+                for r, out in enumerate(two_ranks)]
+    assert gathered[0] == gathered[1] == {"state": ckpt_two["state"], "step": 4}
+    assert len(ckpt_two["ranks"]) == 2 and ckpt_two["ranks"][0] != ckpt_two["ranks"][1]
+    resumed_one, from_list = two / "single", two / "single-from-list"
     resumed_two = [one / "r0", one / "r1"]
     _run([_cmd(kind, data, resumed_one, workers=2, resume=two / "ckpt.json"),
+          [*_cmd(kind, data, from_list, workers=1, resume=two / "ckpt.json"), "--resume-ranks"],
           *_two_ranks(kind, data, resumed_two, workers=2, uneven="keep",
                       resume=one / "ckpt.json")])
     _exactly_once(_checkpointed(two_ranks, ckpt_two) + _epoch(_keys(resumed_one), 0), data)
+    _exactly_once(_checkpointed(two_ranks, ckpt_two) + _epoch(_keys(from_list), 0), data)
     _exactly_once(_checkpointed([one_rank], ckpt_one) + _epoch(_keys(resumed_two[0], 0), 0)
                   + _epoch(_keys(resumed_two[1], 1), 0), data)
 

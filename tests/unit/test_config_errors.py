@@ -4,6 +4,8 @@ import inspect
 import pickle
 
 import pytest
+from torch.utils.data.graph import traverse_dps
+from torch.utils.data.graph_settings import get_all_graph_pipes
 
 import aisio
 from aisio import AISConfig, ConfigError, ObjectNotFoundError, ShardFormatError
@@ -116,7 +118,8 @@ def test_no_exception_escapes_untranslated() -> None:
         assert isinstance(error_from_exception(exc, url="u", what="reading"), aisio.AISIOError)
 
 
-def test_endpoint_is_the_one_name_and_url_its_alias() -> None:
+def test_endpoint_is_the_one_name_and_url_its_alias(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIS_ENDPOINT", "http://env:9")  # what a lost argument would fall back to
     from aisio.core.config import resolve_config
 
     assert resolve_config(endpoint="http://h:1").endpoint == "http://h:1"
@@ -127,5 +130,9 @@ def test_endpoint_is_the_one_name_and_url_its_alias() -> None:
     lister = aisio.AISFileLister("ais://b/s-{0..1}.tar", endpoint="http://h:3")
     loader = aisio.AISFileLoader("ais://b/x.tar", url="http://h:4")
     assert (lister.config.endpoint, loader.config.endpoint) == ("http://h:3", "http://h:4")
-    spec_pipe = aisio.webdataset_pipe("ais://b/s-{0..1}.tar", endpoint="http://h:5")
-    assert spec_pipe is not None
+    for kwargs, endpoint in [({"endpoint": "http://h:5"}, "http://h:5"),
+                             ({"url": "http://h:6"}, "http://h:6")]:
+        spec_pipe = aisio.webdataset_pipe("ais://b/s-{0..1}.tar", **kwargs)
+        loaders = [p for p in get_all_graph_pipes(traverse_dps(spec_pipe))
+                   if isinstance(p, aisio.AISFileLoader)]
+        assert [p.config.endpoint for p in loaders] == [endpoint]

@@ -1,0 +1,133 @@
+"""The retry rules README.md promises, request by request through the fault proxy: timeouts are
+retried; delays grow exponentially with full jitter; a (re)forming cluster is waited for 90 s
+whatever ``max_retries`` says; other 400s are final.
+
+Delays and the 90 s budget run on a fake clock (``time`` in :mod:`aisio.core.client`): every
+request is real, no test waits for them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+
+import pytest
+
+import aisio
+from aisio.core import client as client_module
+from aisio.core.client import FORMING_WAIT, Client, client_for
+from aisio.core.urls import AISPath, Bucket
+from tests.faultproxy import fault_proxy
+
+
+class FakeClock:
+    """``time`` for aisio.core.client: ``sleep`` advances ``monotonic`` and is recorded."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+class RecordingRandom(random.Random):
+    """A seeded ``random`` whose ``uniform(a, b)`` calls are recorded with what they returned."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.calls: list[tuple[float, float, float]] = []
+
+    def uniform(self, a: float, b: float) -> float:
+        value = super().uniform(a, b)
+        self.calls.append((a, b, value))
+        return value
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(client_module, "time", fake)
+    return fake
+
+
+def _error(tcode: str, status: int = 400) -> tuple[int, bytes]:
+    """An AIStore error answer: its JSON body carries the error code."""
+    body = {"message": f"{tcode} (injected by the test)", "status": status, "tcode": tcode}
+    return status, json.dumps(body).encode()
+
+
+@pytest.fixture
+def obj(ais_client: Client, bucket: Bucket) -> AISPath:
+    path = AISPath(bucket, "o.bin")
+    ais_client.put_object(path, b"payload" * 10_000)
+    return path
+
+
+def test_timeouts_are_retried(ais_endpoint: str, obj: AISPath,
+                              caplog: pytest.LogCaptureFixture) -> None:
+    # The first two answers stall after their headers: the read times out, the request is
+    # sent again.
+    with fault_proxy(ais_endpoint, stall_after=0, stall_seconds=5, max_stalls=2) as proxy:
+        client = client_for(aisio.AISConfig(endpoint=proxy.endpoint, read_timeout=0.3,
+                                            backoff=0.01, max_retries=3))
+        with caplog.at_level(logging.DEBUG, logger="aisio"):
+            assert client.get_bytes(obj) == b"payload" * 10_000
+        assert (proxy.stalls, proxy.object_gets) == (2, 3)
+    retries = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
+    assert len(retries) == 2 and all("timed out" in m for m in retries), retries
+
+
+def test_backoff_doubles_to_its_cap_with_full_jitter(ais_endpoint: str, obj: AISPath,
+                                                     clock: FakeClock,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = RecordingRandom()
+    monkeypatch.setattr(client_module, "random", rng)
+    with fault_proxy(ais_endpoint, fail_statuses=(503,) * 7) as proxy:
+        client = client_for(aisio.AISConfig(endpoint=proxy.endpoint, max_retries=7,
+                                            backoff=0.2, backoff_max=1.0))
+        assert client.get_bytes(obj) == b"payload" * 10_000
+        assert proxy.requests == 8
+    # Full jitter: each delay is drawn from [0, cap], the cap doubling from `backoff` up to
+    # `backoff_max`; the delay slept is the one drawn.
+    assert [(a, b) for a, b, _ in rng.calls] == [
+        (0, 0.2), (0, 0.4), (0, 0.8), (0, 1.0), (0, 1.0), (0, 1.0), (0, 1.0)]
+    assert clock.slept == [value for _, _, value in rng.calls]
+
+
+@pytest.mark.parametrize("tcode", ["ErrNoNodes", "ErrMembershipChange"])
+def test_a_forming_cluster_is_waited_for_whatever_max_retries_says(
+        ais_endpoint: str, obj: AISPath, clock: FakeClock, tcode: str) -> None:
+    with fault_proxy(ais_endpoint, fail_statuses=(_error(tcode),) * 12) as proxy:
+        client = client_for(aisio.AISConfig(endpoint=proxy.endpoint, max_retries=0))
+        assert client.get_bytes(obj) == b"payload" * 10_000
+        assert proxy.requests == 13
+    assert 0 < sum(clock.slept) < FORMING_WAIT
+
+
+def test_a_forming_cluster_is_waited_for_90_seconds_then_the_error_raised(
+        ais_endpoint: str, obj: AISPath, clock: FakeClock) -> None:
+    assert FORMING_WAIT == 90.0  # README.md: "retried for up to 90 s"
+    with fault_proxy(ais_endpoint, fail_statuses=(_error("ErrNoNodes"),) * 2000) as proxy:
+        client = client_for(aisio.AISConfig(endpoint=proxy.endpoint, max_retries=2))
+        with pytest.raises(aisio.AISRequestError, match="ErrNoNodes") as info:
+            client.get_bytes(obj)
+        assert info.value.status == 400
+        sent = proxy.requests
+    # Each wait is at most 1 s: the last request went out within a second of the 90th.
+    assert FORMING_WAIT <= sum(clock.slept) <= FORMING_WAIT + 1.0
+    assert sent == len(clock.slept) + 1 > 90
+
+
+def test_other_400s_stay_final(ais_endpoint: str, obj: AISPath, clock: FakeClock) -> None:
+    with fault_proxy(ais_endpoint, fail_statuses=(_error("ErrInvalidArg"),) * 5) as proxy:
+        client = client_for(aisio.AISConfig(endpoint=proxy.endpoint, max_retries=5))
+        with pytest.raises(aisio.AISRequestError) as info:
+            client.get_bytes(obj)
+        assert info.value.status == 400
+        assert proxy.requests == 1
+    assert clock.slept == []
