@@ -373,11 +373,18 @@ class ObjectReader(ReadStream):
                 chunk: bytes = self._resp.raw.read1(size)
                 if not chunk and size and self.size is not None and self.pos < self.size:
                     raise ConnectionError(f"stream ended at byte {self.pos} of {self.size}")
+            except AISConnectionError as exc:  # reopening failed after the request's retries
+                if exc.offset is not None:
+                    raise
+                raise AISConnectionError(f"{exc.message} (the stream of {self.name} stopped at "
+                                         f"byte {self.pos})", url=exc.url,
+                                         offset=self.pos) from exc
             except TRANSIENT_EXCEPTIONS as exc:
                 failures += 1
                 self._drop()
                 if failures > self.client.config.max_retries:
-                    raise error_from_exception(exc, url=self.name, what="reading") from exc
+                    raise error_from_exception(exc, url=self.name, what="reading",
+                                               offset=self.pos) from exc
                 log.debug("aisio: resuming %s at byte %d%s after %r", self.name, self.pos,
                           "" if self.identified else " (from byte 0: no version to check)", exc)
                 self.resumes += 1

@@ -128,7 +128,16 @@ class AISRequestError(ClusterError):
 
 
 class AISConnectionError(ClusterError):
-    """The cluster could not be reached, or the connection broke and retries ran out."""
+    """The cluster could not be reached, or the connection broke and retries ran out.
+
+    Attributes:
+        offset: for an object stream that broke, the byte of the object where it stopped.
+    """
+
+    def __init__(self, message: str, *, url: str | None = None, status: int | None = None,
+                 offset: int | None = None) -> None:
+        super().__init__(message, url=url, status=status)
+        self.offset = offset
 
 
 class ObjectChangedError(DataError):
