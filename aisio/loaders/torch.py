@@ -9,6 +9,9 @@ any number of workers and ranks.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -41,6 +44,16 @@ def _seed_worker(worker_id: int) -> None:
     torch.utils.data.graph_settings.apply_random_seed(info.dataset, generator)  # type: ignore[arg-type]
 
 
+@contextlib.contextmanager
+def _quiet_set_vital() -> Iterator[None]:
+    """Silences the one warning StatefulDataLoader's constructor causes and the user did not:
+    it calls ``torch.set_vital``, which torch deprecates."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="'set_vital' is deprecated",
+                                category=UserWarning)
+        yield
+
+
 def _loader(loader_class: type, shards: Any, *, num_workers: int, seed: int | None,
             uneven: str, prefetch_factor: int | None, **pipe_options: Any) -> ResumableLoader:
     spec = PipelineSpec.build(**pipe_options)
@@ -58,8 +71,9 @@ def _loader(loader_class: type, shards: Any, *, num_workers: int, seed: int | No
             options = {"prefetch_factor": prefetch_factor or 2, "persistent_workers": False,
                        "worker_init_fn": _seed_worker}
         # Its worker processes end with its iterator: nothing to close.
-        return loader_class(pipe, batch_size=None, num_workers=num_workers,
-                            collate_fn=_as_is, generator=generator, **options)
+        with _quiet_set_vital():
+            return loader_class(pipe, batch_size=None, num_workers=num_workers,
+                                collate_fn=_as_is, generator=generator, **options)
 
     return ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
                            report=spec.report, timings=spec.times, sync=sync)
