@@ -88,15 +88,31 @@ class Delivery:
 class Failure:
     """An aisio error raised in a worker, sent on as an item so that the training process
     raises the error itself (type, message, ``url``, ``offset``, ...), not the copy that a
-    loader's worker protocol rebuilds from its message."""
+    loader's worker protocol rebuilds from its message. ``traceback``: the worker's, as text,
+    when it was raised in another process (it becomes the error's ``__cause__``)."""
 
-    __slots__ = ("error",)
+    __slots__ = ("error", "traceback")
 
-    def __init__(self, error: AISIOError) -> None:
+    def __init__(self, error: AISIOError, traceback: str | None = None) -> None:
         self.error = error
+        self.traceback = traceback
+
+    @classmethod
+    def of(cls, error: AISIOError) -> Failure:
+        """Returns the failure for ``error`` raised here: in a worker process, noted as such
+        and with its traceback as text (a traceback does not pickle)."""
+        if multiprocessing.parent_process() is None:
+            return cls(error)
+        import traceback
+
+        where = f"raised in worker process {os.getpid()}"
+        notes = [*getattr(error, "__notes__", []), where]  # (add_note is Python >= 3.11)
+        setattr(error, "__notes__", notes)  # noqa: B010 - typeshed has no __notes__ on 3.10
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        return cls(error, f"in worker process {os.getpid()}:\n{text}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Failure, (self.error,))
+        return (Failure, (self.error, self.traceback))
 
 
 def ship_errors(items: Iterable[Any]) -> Iterator[Any]:
@@ -105,10 +121,7 @@ def ship_errors(items: Iterable[Any]) -> Iterator[Any]:
     try:
         yield from items
     except AISIOError as exc:
-        if multiprocessing.parent_process() is not None:  # (add_note is Python >= 3.11)
-            notes = [*getattr(exc, "__notes__", []), f"raised in worker process {os.getpid()}"]
-            setattr(exc, "__notes__", notes)  # noqa: B010 - typeshed has no __notes__ on 3.10
-        yield Failure(exc)
+        yield Failure.of(exc)
 
 
 def shard_list_id(refs: Sequence[ObjectRef]) -> str:

@@ -208,6 +208,21 @@ class WorkerDiedError(AISIOError, RuntimeError):
         self.exitcode = exitcode
 
 
+class WorkerTraceback(Exception):
+    """Where an error raised in a worker process came from: the worker's traceback, as text.
+
+    An aisio error from a worker reaches the training loop as itself (type, message, fields);
+    this is its ``__cause__``, so that the worker's frames print after it.
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
 def is_skippable(error: BaseException) -> bool:
     """Returns whether ``on_error="skip"``/``"warn"`` may skip ``error``: only a missing object
     (or bucket, or ETL) and bad data; usage and cluster errors always raise.
@@ -242,5 +257,6 @@ __all__ = [
     "StateMismatchError",
     "UsageError",
     "WorkerDiedError",
+    "WorkerTraceback",
     "is_skippable",
 ]

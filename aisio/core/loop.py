@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from aisio.core.epoch import Delivery, EpochProgress, Failure, check_state, merge_states
-from aisio.core.errors import StateMismatchError
+from aisio.core.errors import StateMismatchError, WorkerTraceback
 from aisio.core.fetch import check_epoch
 from aisio.core.report import ErrorReport
 from aisio.core.sources import ObjectRef
@@ -100,8 +100,10 @@ class ResumableLoader:
                     break  # uneven="drop": a rank ran out, every rank stops here
                 if item is _END:
                     break
-                if isinstance(item, Failure):
-                    raise item.error  # from a worker, with its type, message and fields
+                if isinstance(item, Failure):  # from a worker, with its type, message, fields
+                    if item.traceback is None:
+                        raise item.error
+                    raise item.error from WorkerTraceback(item.traceback)
                 if isinstance(item, Delivery):
                     progress.record(item.positions)
                     item = item.value
