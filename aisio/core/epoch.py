@@ -405,15 +405,20 @@ def task_samples(task: ShardTask, stream: Any) -> Iterator[dict[str, Any]]:
     url = task.uri()
     pending: dict[str, Any] | None = None
     ordinal = task.first
-    for sample, end in group_samples_with_end(iter_tar(stream, url=url, start_offset=task.start),
-                                              url=url):
-        if pending is not None:
+    samples = group_samples_with_end(iter_tar(stream, url=url, start_offset=task.start), url=url)
+    try:
+        for sample, end in samples:
+            if pending is not None:
+                yield pending
+            pending = None
+            if ordinal not in task.skip:
+                sample[POSITION] = (task.index, ordinal, end, False)
+                pending = sample
+            ordinal += 1
+    except AISIOError:
+        if pending is not None:  # complete (the next sample had begun), and not the last
             yield pending
-        pending = None
-        if ordinal not in task.skip:
-            sample[POSITION] = (task.index, ordinal, end, False)
-            pending = sample
-        ordinal += 1
+        raise
     if pending is not None:
         index, last_ordinal, end, _ = pending[POSITION]
         pending[POSITION] = (index, last_ordinal, end, last_ordinal == ordinal - 1)

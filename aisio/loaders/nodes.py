@@ -110,7 +110,12 @@ def _deliver(collate: Any, batch: Any) -> Any:
     holds a :class:`Failure` is that failure (the epoch ends with its error)."""
     items = batch if isinstance(batch, list) else [batch]
     failure = next((item for item in items if isinstance(item, Failure)), None)
-    return failure if failure is not None else pack_batch(items, collate=collate)
+    if failure is not None:
+        return failure
+    delivery = pack_batch(items, collate=collate)
+    if not isinstance(batch, list) and not delivery.empty:
+        delivery.value = delivery.value[0]  # no batch_size: the item itself, as elsewhere
+    return delivery
 
 
 def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "thread",
