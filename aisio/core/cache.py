@@ -119,7 +119,7 @@ class ShardCache:
             return None
         with contextlib.suppress(OSError):
             os.utime(entry)  # recently used
-        return _Bounded(handle, size)
+        return _Bounded(handle, size, version)
 
     # ---- writing ---------------------------------------------------------------------------
     def filling(self, url: str, source: Any) -> Any:
@@ -217,10 +217,13 @@ def _verified_size(handle: IO[bytes]) -> int | None:
 class _Bounded(ReadStream):
     """Reads a cache entry's shard bytes, not its trailer."""
 
-    def __init__(self, handle: IO[bytes], size: int) -> None:
+    def __init__(self, handle: IO[bytes], size: int, version: str | None = None) -> None:
         super().__init__()
         self.handle = handle
         self.left = size
+        self.size = size
+        #: the cached object's version (what :func:`~aisio.core.client.content_id` names)
+        self.version = version
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0 or size > self.left:
@@ -258,6 +261,14 @@ class _Tee(ReadStream):
             return
         self.tmp = Path(name)
         self.sink = os.fdopen(fd, "wb")
+
+    @property
+    def version(self) -> str | None:
+        return getattr(self.source, "version", None)
+
+    @property
+    def size(self) -> int | None:
+        return getattr(self.source, "size", None)
 
     def read(self, size: int = -1) -> bytes:
         data: bytes = self.source.read(size)

@@ -94,7 +94,7 @@ class ResumableLoader:
             while True:
                 item = next(items, _END)
                 while isinstance(item, Delivery) and item.empty:
-                    progress.record(item.positions)  # only skipped samples: nothing to yield
+                    progress.record(item.positions, item.versions)  # only skipped samples
                     item = next(items, _END)
                 if self._sync is not None and not self._sync(item is not _END):
                     break  # uneven="drop": a rank ran out, every rank stops here
@@ -105,7 +105,7 @@ class ResumableLoader:
                         raise item.error
                     raise item.error from WorkerTraceback(item.traceback)
                 if isinstance(item, Delivery):
-                    progress.record(item.positions)
+                    progress.record(item.positions, item.versions)
                     item = item.value
                 yielded += 1
                 yield item

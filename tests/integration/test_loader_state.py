@@ -13,7 +13,7 @@ import pytest
 
 import aisio
 from aisio.core.client import Client
-from aisio.core.urls import Bucket
+from aisio.core.urls import Bucket, bucket_url
 from tests.conftest import LOADERS, needs_dataloader2, write_shards
 
 
@@ -114,3 +114,59 @@ def test_an_unpicklable_map_is_named(ais_endpoint: str, shards: tuple[str, list[
 def test_map_must_be_a_function(ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
     with pytest.raises(aisio.ConfigError, match="map="):
         aisio.webdataset_pipe(shards[0], url=ais_endpoint, map="upper")
+
+
+def _unversioned(client: Client, bucket: Bucket) -> None:
+    """Turns off versioning and checksums: then GET answers name no version at all."""
+    client.request("PATCH", bucket_url(client.endpoint, bucket), name=bucket.uri(),
+                   what="setting props", json={"action": "set-bprops", "value": {
+                       "versioning": {"enabled": False}, "checksum": {"type": "none"}}}).close()
+
+
+def _read_some(make: Any, template: str, **options: Any) -> tuple[list[str], dict[str, Any]]:
+    loader = make(template, tuple_fields=("__key__",), batch_size=4, num_workers=1, seed=2,
+                  **options)
+    got: list[str] = []
+    try:
+        for step, (batch,) in enumerate(loader):
+            got.extend(batch)
+            if step == 14:
+                return got, json.loads(json.dumps(loader.state_dict()))
+    finally:
+        loader.shutdown()
+    raise AssertionError("the epoch ended before the checkpoint")
+
+
+@pytest.mark.parametrize("name", sorted(LOADERS))
+@pytest.mark.parametrize("versioned", [True, False])
+def test_a_shard_overwritten_since_the_checkpoint_is_not_read_on(
+        name: str, versioned: bool, ais_endpoint: str, ais_client: Client, bucket: Bucket,
+        tmp_path: Path) -> None:
+    if not versioned:
+        _unversioned(ais_client, bucket)
+    template, _ = write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=40)
+    _, state = _read_some(LOADERS[name], template, url=ais_endpoint)
+    assert state["partial"] and set(state["versions"]) == set(state["partial"])
+    if not versioned:  # nothing names the version: only the size is known
+        assert all(v.startswith("size=") for v in state["versions"].values())
+    write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=45)  # new content, same names
+    resumed = LOADERS[name](template, url=ais_endpoint, tuple_fields=("__key__",), batch_size=4,
+                            num_workers=1, seed=2)
+    resumed.load_state_dict(state)
+    try:
+        with pytest.raises(aisio.ObjectChangedError, match="changed since the checkpoint"):
+            list(resumed)
+    finally:
+        resumed.shutdown()
+
+
+def test_a_state_without_versions_still_resumes(ais_endpoint: str, ais_client: Client,
+                                                bucket: Bucket, tmp_path: Path) -> None:
+    make = LOADERS["dataloader"]
+    template, keys = write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=40)
+    got, state = _read_some(make, template, url=ais_endpoint)
+    del state["versions"]  # as saved before states recorded them
+    resumed = make(template, url=ais_endpoint, tuple_fields=("__key__",), batch_size=4)
+    resumed.load_state_dict(state)
+    got.extend(key for (batch,) in resumed for key in batch)
+    assert Counter(got) == Counter(keys)

@@ -421,7 +421,7 @@ def test_pack_keeps_positions_aligned_with_values(pos: list[Position], batch_siz
 @SETTINGS
 @given(positions)
 def test_pack_batch_keeps_positions_aligned_with_values(pos: list[Position]) -> None:
-    delivery = pack_batch([(p, p) for p in pos])
+    delivery = pack_batch([(p, p, None) for p in pos])
     assert delivery.positions == pos
     assert delivery.empty == (not pos) or delivery.value == pos
 
