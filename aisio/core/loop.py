@@ -70,6 +70,9 @@ class ResumableLoader:
         self._progress: EpochProgress | None = None
         #: the current epoch's underlying loader (a DataLoader2, DataLoader or nodes Loader)
         self.current: Any = None
+        #: called with ``(epoch, state)`` when this process has received all of its share of
+        #: an epoch (its final state of that epoch); see :func:`aisio.gather_state`
+        self.on_finish: Callable[[int, dict[str, Any]], None] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Makes the next iteration epoch ``epoch`` (from its start)."""
@@ -90,6 +93,7 @@ class ResumableLoader:
         yielded = 0
         self.current = self._open_epoch(epoch, resume)
         items = iter(self.current)
+        finished = False
         try:
             while True:
                 item = next(items, _END)
@@ -99,6 +103,7 @@ class ResumableLoader:
                 if self._sync is not None and not self._sync(item is not _END):
                     break  # uneven="drop": a rank ran out, every rank stops here
                 if item is _END:
+                    finished = True
                     break
                 if isinstance(item, Failure):  # from a worker, with its type, message, fields
                     if item.traceback is None:
@@ -111,6 +116,8 @@ class ResumableLoader:
                 yield item
         finally:
             self.close()
+        if finished and self.on_finish is not None:
+            self.on_finish(epoch, progress.state_dict())
         self.epoch = epoch + 1
         # Nothing yielded is fine for a resumed epoch that had nothing left; an epoch whose
         # every shard was skipped raises.

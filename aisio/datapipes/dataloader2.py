@@ -43,7 +43,7 @@ from aisio.datapipes.pipeline import (
     shard_names,
     webdataset_pipe,
 )
-from aisio.loaders.dist import shared_seed
+from aisio.loaders.dist import keep_exchange, shared_seed
 
 
 class KeepUnevenReadingService(DistributedReadingService):
@@ -216,8 +216,9 @@ def webdataset_loader(
 
     if num_workers:
         check_picklable(pipe, num_workers, "the pipeline")
-    return ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch, close=close,
-                           report=spec.report, timings=spec.times)
+    return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
+                                         close=close, report=spec.report,
+                                         timings=spec.times), uneven)
 
 
 def _plain_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: Uneven,

@@ -29,7 +29,7 @@ from aisio.core.loop import ResumableLoader
 from aisio.core.parse import parse_streams
 from aisio.core.spec import PipelineSpec
 from aisio.datapipes.pipeline import shard_names
-from aisio.loaders.dist import drop_sync, rank_and_world, shared_seed
+from aisio.loaders.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
 
 try:
     import torchdata.nodes as _nodes
@@ -167,8 +167,9 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
             _stop_threads(current.pop())
 
     current: list[Any] = []
-    return ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch, close=close,
-                           report=spec.report, timings=spec.times, sync=drop_sync(uneven))
+    return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
+                                         close=close, report=spec.report, timings=spec.times,
+                                         sync=drop_sync(uneven)), uneven)
 
 
 def _stop_threads(root: Any) -> None:

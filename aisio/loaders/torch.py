@@ -23,7 +23,7 @@ from aisio.core.errors import LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
 from aisio.core.spec import PipelineSpec
 from aisio.datapipes.pipeline import epoch_pipe, shard_names
-from aisio.loaders.dist import drop_sync, rank_and_world, shared_seed
+from aisio.loaders.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
 
 
 def _as_is(item: Any) -> Any:
@@ -75,8 +75,9 @@ def _loader(loader_class: type, shards: Any, *, num_workers: int, seed: int | No
             return loader_class(pipe, batch_size=None, num_workers=num_workers,
                                 collate_fn=_as_is, generator=generator, **options)
 
-    return ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
-                           report=spec.report, timings=spec.times, sync=sync)
+    return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
+                                         report=spec.report, timings=spec.times, sync=sync),
+                         uneven)
 
 
 def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None = None,

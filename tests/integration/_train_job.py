@@ -12,6 +12,10 @@ of aisio's resumable loaders, as a real training loop would, checkpointing on th
 * Every ``--every`` steps (while ``step <= --ckpt-until``), all ranks call
   :func:`aisio.gather_state` and rank 0 writes ``--ckpt`` atomically (temp file + os.replace):
   ``{"state": merged state, "counts": [keys written by each rank], "step", "epoch", "time"}``.
+  With ``--ckpt-by-file``, no other collective is made: a rank that has run out (``keep``)
+  takes no part, every rank that reached the step writes ``--ckpt`` (``{step}`` in it is
+  replaced) without ``counts``, and each rank records its count in ``DIR/counts-rank<R>.json``
+  (step -> keys written).
 * ``--stop-after N`` ends the process abruptly (``os._exit``) after N batches of the first epoch:
   a crash at a known step (all ranks stop at the same step).
 * ``--sleep`` slows each step down (to leave the test time to SIGKILL the job mid-epoch).
@@ -74,6 +78,7 @@ def main() -> None:
     parser.add_argument("--sleep", type=float, default=0.0)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--max-steps", type=int, default=10_000)  # bounds every loop
+    parser.add_argument("--ckpt-by-file", action="store_true")
     args = parser.parse_args()
 
     import torch.distributed as dist
@@ -90,6 +95,7 @@ def main() -> None:
             loader.load_state_dict(json.load(fh)["state"])
     keys_path = os.path.join(args.out, f"keys-rank{args.rank}.txt")
     written = 0
+    by_step: dict[str, Any] = {}
     batches: list[int] = []
     with open(keys_path, "a") as out:
         for _ in range(args.epochs):
@@ -103,7 +109,16 @@ def main() -> None:
                 out.flush()
                 os.fsync(out.fileno())
                 written += len(keys)
-                if args.every and step % args.every == 0 and step <= args.ckpt_until:
+                if (args.ckpt_by_file and args.every and step % args.every == 0
+                        and step <= args.ckpt_until):
+                    state = aisio.gather_state(loader)
+                    by_step[str(step)] = written
+                    write_atomic(os.path.join(args.out, f"counts-rank{args.rank}.json"),
+                                 by_step)
+                    if args.ckpt:
+                        write_atomic(args.ckpt.format(step=step),
+                                     {"state": state, "step": step, "epoch": epoch})
+                elif args.every and step % args.every == 0 and step <= args.ckpt_until:
                     state = aisio.gather_state(loader)
                     counts: list[Any] = [written]
                     if args.world > 1:
