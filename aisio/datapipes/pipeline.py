@@ -298,7 +298,7 @@ class ShardTasks(IterDataPipe):
 
 
 class Pack(IterDataPipe):
-    """Yields :class:`~aisio.core.epoch.Delivery` items: ``(value, position)`` pairs batched
+    """Yields :class:`~aisio.core.epoch.Delivery` items: ``(value, position, version)`` batched
     and collated as the spec says, each delivery with the positions of its samples."""
 
     def __init__(self, source: IterDataPipe, spec: PipelineSpec) -> None:

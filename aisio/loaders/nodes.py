@@ -106,7 +106,7 @@ class _Staged:
 
 
 def _deliver(collate: Any, batch: Any) -> Any:
-    """Packs a batch (or one) of ``(value, position)`` pairs into a delivery; a batch that
+    """Packs a batch (or one) of ``(value, position, version)`` into a delivery; a batch that
     holds a :class:`Failure` is that failure (the epoch ends with its error)."""
     items = batch if isinstance(batch, list) else [batch]
     failure = next((item for item in items if isinstance(item, Failure)), None)
