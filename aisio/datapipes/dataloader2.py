@@ -146,6 +146,8 @@ def make_loader(pipe: IterDataPipe, *, num_workers: int = 0, seed: int | None = 
     """Returns a DataLoader2 over ``pipe`` with the right reading service (see above).
 
     ``seed`` makes every epoch reproducible; each epoch still reshuffles (see EpochLoader).
+    It cannot checkpoint mid-epoch (``state_dict()`` raises
+    :class:`~aisio.StateMismatchError`): :func:`webdataset_loader` can.
     """
     _install_round_robin_fix()
     return EpochLoader(pipe, reading_service(num_workers, uneven=uneven,
