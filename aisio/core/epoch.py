@@ -506,26 +506,28 @@ def pack(triples: Iterable[Placed], *, batch_size: int | None = None,
     from aisio.core.stages import SKIPPED
 
     batch: list[Any] = []
-    taken: list[Placed] = []
-    for triple in triples:
-        taken.append(triple)
-        value = triple[0]
+    positions: list[tuple[int, int, int, bool]] = []
+    versions: dict[int, str] = {}
+    for value, position, version in triples:
+        positions.append(position)
+        if version is not None:
+            versions[position[0]] = version
         if value is SKIPPED:
             continue
         if not batch_size:
-            yield Delivery(value, [t[1] for t in taken], versions=_versions(taken))
-            taken = []
+            yield Delivery(value, positions, versions=versions or None)
+            positions, versions = [], {}
             continue
         batch.append(value)
         if len(batch) == batch_size:
-            yield Delivery(collate(batch) if collate is not None else batch,
-                           [t[1] for t in taken], versions=_versions(taken))
-            batch, taken = [], []
+            yield Delivery(collate(batch) if collate is not None else batch, positions,
+                           versions=versions or None)
+            batch, positions, versions = [], [], {}
     if batch:
-        yield Delivery(collate(batch) if collate is not None else batch,
-                       [t[1] for t in taken], versions=_versions(taken))
-    elif taken:
-        yield Delivery(None, [t[1] for t in taken], empty=True, versions=_versions(taken))
+        yield Delivery(collate(batch) if collate is not None else batch, positions,
+                       versions=versions or None)
+    elif positions:
+        yield Delivery(None, positions, empty=True, versions=versions or None)
 
 
 def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Iterator[Any]:
