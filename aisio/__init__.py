@@ -47,6 +47,7 @@ from aisio.core.errors import (
     StateMismatchError,
     UsageError,
     WorkerDiedError,
+    WorkerTraceback,
 )
 from aisio.core.loop import ResumableLoader
 from aisio.core.report import ErrorReport
@@ -131,6 +132,7 @@ __all__ = [
     "UsageError",
     "WebDatasetParser",
     "WorkerDiedError",
+    "WorkerTraceback",
     "gather_state",
     "make_loader",
     "merge_states",

@@ -119,7 +119,7 @@ class ShardCache:
             return None
         with contextlib.suppress(OSError):
             os.utime(entry)  # recently used
-        return _Bounded(handle, size)
+        return _Bounded(handle, size, version)
 
     # ---- writing ---------------------------------------------------------------------------
     def filling(self, url: str, source: Any, version: str | None = None) -> Any:
@@ -217,10 +217,13 @@ def _verified_size(handle: IO[bytes]) -> int | None:
 class _Bounded(ReadStream):
     """Reads a cache entry's shard bytes, not its trailer."""
 
-    def __init__(self, handle: IO[bytes], size: int) -> None:
+    def __init__(self, handle: IO[bytes], size: int, version: str | None = None) -> None:
         super().__init__()
         self.handle = handle
         self.left = size
+        self.size = size
+        #: the cached object's version (what :func:`~aisio.core.client.content_id` names)
+        self.version = version
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0 or size > self.left:
@@ -249,7 +252,9 @@ class _Tee(ReadStream):
         self.cache = cache
         self.url = url
         self.source = source
-        self.version = version
+        #: the version the entry is kept under when the answer names none (an ETL's answer:
+        #: the version of the object it transforms, asked before the read)
+        self.given_version = version
         self.sink: IO[bytes] | None = None
         self.digest = xxhash.xxh3_64()
         self.tmp: Path | None = None
@@ -261,6 +266,14 @@ class _Tee(ReadStream):
         self.tmp = Path(name)
         self.sink = os.fdopen(fd, "wb")
 
+    @property
+    def version(self) -> str | None:
+        return self.given_version or getattr(self.source, "version", None)
+
+    @property
+    def size(self) -> int | None:
+        return getattr(self.source, "size", None)
+
     def read(self, size: int = -1) -> bytes:
         data: bytes = self.source.read(size)
         if self.sink is None:
@@ -270,7 +283,7 @@ class _Tee(ReadStream):
                 self.sink.write(data)
                 self.digest.update(data)
             elif size != 0:  # the end of the shard: keep it
-                version = self.version or getattr(self.source, "version", None)
+                version = self.version
                 if version is None:
                     self._discard()
                     return data

@@ -256,10 +256,14 @@ class Client:
                             what="reading", etl=etl, headers=headers, ok=(200, 206))
         return resp.content
 
-    def open(self, url: str, *, name: str, etl: ETL | None = None, start: int = 0
-             ) -> ObjectReader:
-        """Returns a resumable binary stream over the object at GET ``url``, from byte ``start``."""
-        return ObjectReader(self, url, name=name, etl=etl, start=start)
+    def open(self, url: str, *, name: str, etl: ETL | None = None, start: int = 0,
+             expect: str | None = None) -> ObjectReader:
+        """Returns a resumable binary stream over the object at GET ``url``, from byte ``start``.
+
+        ``expect``: the object's :func:`content_id` when it was read before (a resumed epoch);
+        the stream raises :class:`ObjectChangedError` at once if the object is not that one.
+        """
+        return ObjectReader(self, url, name=name, etl=etl, start=start, expect=expect)
 
 
 class ReadStream(io.RawIOBase):
@@ -291,7 +295,7 @@ class ObjectReader(ReadStream):
     """
 
     def __init__(self, client: Client, url: str, *, name: str, etl: ETL | None = None,
-                 start: int = 0) -> None:
+                 start: int = 0, expect: str | None = None) -> None:
         super().__init__()
         self.client = client
         self.url = url
@@ -304,6 +308,14 @@ class ObjectReader(ReadStream):
         self._given = xxhash.xxh3_64()  # of the bytes returned so far, for unidentified objects
         self.resumes = 0
         self._open()
+        now = content_id(self)
+        if expect is not None and now != expect:
+            self._drop()
+            raise ObjectChangedError(
+                f"object {name} changed since the checkpoint ({expect} -> {now}): the saved "
+                f"position (byte {start}) belongs to the old content; the samples of its new "
+                "content were never delivered, read the shard again from the start (a new "
+                "epoch) or restore the old object", url=name)
 
     @property
     def identified(self) -> bool:
@@ -398,11 +410,18 @@ class ObjectReader(ReadStream):
                 chunk: bytes = self._resp.raw.read1(size)
                 if not chunk and size and self.size is not None and self.pos < self.size:
                     raise ConnectionError(f"stream ended at byte {self.pos} of {self.size}")
+            except AISConnectionError as exc:  # reopening failed after the request's retries
+                if exc.offset is not None:
+                    raise
+                raise AISConnectionError(f"{exc.message} (the stream of {self.name} stopped at "
+                                         f"byte {self.pos})", url=exc.url,
+                                         offset=self.pos) from exc
             except TRANSIENT_EXCEPTIONS as exc:
                 failures += 1
                 self._drop()
                 if failures > self.client.config.max_retries:
-                    raise error_from_exception(exc, url=self.name, what="reading") from exc
+                    raise error_from_exception(exc, url=self.name, what="reading",
+                                               offset=self.pos) from exc
                 log.debug("aisio: resuming %s at byte %d%s after %r", self.name, self.pos,
                           "" if self.identified else " (from byte 0: no version to check)", exc)
                 self.resumes += 1
@@ -421,6 +440,17 @@ class ObjectReader(ReadStream):
     def close(self) -> None:
         self._drop()
         super().close()
+
+
+def content_id(stream: Any) -> str | None:
+    """Returns what identifies the content a stream reads (kept in a loader state for each
+    shard in progress): its version key (version, checksum and size) when the server names
+    one, else only its size (``size=N``), else None (a stream that knows neither)."""
+    version = getattr(stream, "version", None)
+    if version:
+        return str(version)
+    size = getattr(stream, "size", None)
+    return f"size={size}" if size is not None else None
 
 
 def version_key(version: str | None, checksum: str | None, size: int | None) -> str | None:

@@ -48,6 +48,9 @@ class ShardTask:
         start: byte offset to read from (a ``Range`` request when not 0).
         first: the ordinal (0-based, within the shard) of the sample that starts at ``start``.
         skip: ordinals at or past ``first`` that were delivered already: read but not yielded.
+        version: what identified the shard's content when it was read before (a resumed
+            shard; see :func:`~aisio.core.client.content_id`): a changed shard raises
+            :class:`~aisio.ObjectChangedError` instead of being read on from ``start``.
     """
 
     index: int
@@ -55,6 +58,7 @@ class ShardTask:
     start: int = 0
     first: int = 0
     skip: frozenset[int] = frozenset()
+    version: str | None = None
 
     def uri(self) -> str:
         """Returns the shard's name."""
@@ -66,20 +70,22 @@ class Delivery:
 
     ``positions`` holds one ``(shard, ordinal, end, last)`` tuple per sample: the shard's index,
     the sample's ordinal in the shard, the byte offset where the sample ends (where a reader
-    restarts after it), and whether it is the shard's last sample.
+    restarts after it), and whether it is the shard's last sample. ``versions`` names the
+    content of the shards the samples come from (shard index -> content id), where known.
     """
 
-    __slots__ = ("empty", "positions", "value")
+    __slots__ = ("empty", "positions", "value", "versions")
 
     def __init__(self, value: Any, positions: list[tuple[int, int, int, bool]],
-                 empty: bool = False) -> None:
+                 empty: bool = False, versions: dict[int, str] | None = None) -> None:
         self.value = value
         self.positions = positions
         #: True when it carries only the positions of skipped samples, nothing to yield
         self.empty = empty
+        self.versions = versions
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Delivery, (self.value, self.positions, self.empty))
+        return (Delivery, (self.value, self.positions, self.empty, self.versions))
 
     def __repr__(self) -> str:
         return f"Delivery({len(self.positions)} sample(s))"
@@ -88,15 +94,31 @@ class Delivery:
 class Failure:
     """An aisio error raised in a worker, sent on as an item so that the training process
     raises the error itself (type, message, ``url``, ``offset``, ...), not the copy that a
-    loader's worker protocol rebuilds from its message."""
+    loader's worker protocol rebuilds from its message. ``traceback``: the worker's, as text,
+    when it was raised in another process (it becomes the error's ``__cause__``)."""
 
-    __slots__ = ("error",)
+    __slots__ = ("error", "traceback")
 
-    def __init__(self, error: AISIOError) -> None:
+    def __init__(self, error: AISIOError, traceback: str | None = None) -> None:
         self.error = error
+        self.traceback = traceback
+
+    @classmethod
+    def of(cls, error: AISIOError) -> Failure:
+        """Returns the failure for ``error`` raised here: in a worker process, noted as such
+        and with its traceback as text (a traceback does not pickle)."""
+        if multiprocessing.parent_process() is None:
+            return cls(error)
+        import traceback
+
+        where = f"raised in worker process {os.getpid()}"
+        notes = [*getattr(error, "__notes__", []), where]  # (add_note is Python >= 3.11)
+        setattr(error, "__notes__", notes)  # noqa: B010 - typeshed has no __notes__ on 3.10
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        return cls(error, f"in worker process {os.getpid()}:\n{text}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Failure, (self.error,))
+        return (Failure, (self.error, self.traceback))
 
 
 def ship_errors(items: Iterable[Any]) -> Iterator[Any]:
@@ -105,10 +127,7 @@ def ship_errors(items: Iterable[Any]) -> Iterator[Any]:
     try:
         yield from items
     except AISIOError as exc:
-        if multiprocessing.parent_process() is not None:  # (add_note is Python >= 3.11)
-            notes = [*getattr(exc, "__notes__", []), f"raised in worker process {os.getpid()}"]
-            setattr(exc, "__notes__", notes)  # noqa: B010 - typeshed has no __notes__ on 3.10
-        yield Failure(exc)
+        yield Failure.of(exc)
 
 
 def shard_list_id(refs: Sequence[ObjectRef]) -> str:
@@ -170,9 +189,13 @@ class EpochProgress:
         self.partial: dict[int, _Partial] = {}
         self.delivered = 0
         self.base: list[Any] | None = None  # [id, delivered] of the state this resumed from
+        self.versions: dict[int, str] = {}  # shard -> content id, as its reader saw it
 
-    def record(self, positions: Iterable[tuple[int, int, int, bool]]) -> None:
-        """Records samples as received by the training loop."""
+    def record(self, positions: Iterable[tuple[int, int, int, bool]],
+               versions: dict[int, str] | None = None) -> None:
+        """Records samples as received by the training loop (and their shards' content)."""
+        if versions:
+            self.versions.update(versions)
         for shard, ordinal, end, last in positions:
             self.delivered += 1
             if shard in self.done:
@@ -192,10 +215,12 @@ class EpochProgress:
             if part.total is not None and part.lo >= part.total:
                 del self.partial[shard]
                 self.done.add(shard)
+                self.versions.pop(shard, None)
 
     def state_dict(self) -> dict[str, Any]:
         """Returns the epoch's progress as a small JSON-serialisable dict."""
         return {
+            **_versions_of(self.versions, self.partial),
             "version": STATE_VERSION,
             "shard_list": self.list_id,
             "shards": self.count,
@@ -223,6 +248,7 @@ class EpochProgress:
         for key, (lo, offset, above, total) in state["partial"].items():
             progress.partial[int(key)] = _Partial(int(lo), int(offset),
                                                   {int(o): int(end) for o, end in above}, total)
+        progress.versions = {int(k): str(v) for k, v in state.get("versions", {}).items()}
         return progress
 
     def tasks(self, shards: Sequence[ObjectRef], *, shuffle: bool) -> list[ShardTask]:
@@ -234,7 +260,7 @@ class EpochProgress:
             part = self.partial.get(index)
             if part is not None:
                 left.append(ShardTask(index, shards[index], part.offset, part.lo,
-                                      frozenset(part.above)))
+                                      frozenset(part.above), self.versions.get(index)))
         left.extend(ShardTask(index, shards[index]) for index in order
                     if index not in self.done and index not in self.partial)
         return left
@@ -262,6 +288,8 @@ def check_state(state: Any, shards: Sequence[ObjectRef]) -> None:
         count, list_id = int(state["shards"]), str(state["shard_list"])
         int(state["epoch"]), int(state["delivered"])
         ranges, partial, base = state["done"], state["partial"], state.get("base")
+        for key, version in state.get("versions", {}).items():
+            int(key), version.encode()  # (a state before versions has none)
         for first, last in ranges:
             int(first), int(last)
         if base is not None:
@@ -312,7 +340,9 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     base = first.get("base")
     done: set[int] = set()
     partial: dict[int, _Partial] = {}
+    versions: dict[int, str] = {}
     for state in states:
+        versions.update((int(k), str(v)) for k, v in state.get("versions", {}).items())
         mine = set(_unranges(state["done"]))
         theirs = {int(k) for k in state["partial"]}
         overlap = (mine | theirs) & (done | set(partial))
@@ -334,10 +364,18 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     delivered = sum(s["delivered"] for s in states)
     if base is not None:
         delivered -= (len(states) - 1) * int(base[1])
-    return {**{k: first[k] for k in keys}, "delivered": delivered, "base": base,
+    return {**{k: first[k] for k in keys}, **_versions_of(versions, partial),
+            "delivered": delivered, "base": base,
             "done": _ranges(sorted(done)),
             "partial": {str(shard): [p.lo, p.offset, sorted(map(list, p.above.items())), p.total]
                         for shard, p in sorted(partial.items())}}
+
+
+def _versions_of(versions: dict[int, str], partial: dict[int, Any]) -> dict[str, Any]:
+    """Returns ``{"versions": {shard: content id}}`` for the shards in progress whose content
+    is known, or nothing (so that a state with none is as before)."""
+    known = {str(shard): versions[shard] for shard in sorted(partial) if shard in versions}
+    return {"versions": known} if known else {}
 
 
 def state_size(state: dict[str, Any]) -> int:
@@ -378,6 +416,9 @@ def _describe(value: Any) -> str:
 POSITION = "__pos__"
 """The sample field that carries ``(shard, ordinal, end, last)`` to the training process."""
 
+VERSION = "__shard_version__"
+"""The sample field that carries its shard's content id (version, checksum, size) with it."""
+
 
 def task_samples(task: ShardTask, stream: Any) -> Iterator[dict[str, Any]]:
     """Yields the samples of one task's stream (opened at ``task.start``), each with its
@@ -386,21 +427,30 @@ def task_samples(task: ShardTask, stream: Any) -> Iterator[dict[str, Any]]:
     The last sample of the shard is held until the end of the archive is seen, so that it can
     be marked ``last``.
     """
+    from aisio.core.client import content_id
     from aisio.core.samples import group_samples_with_end
     from aisio.core.tar import iter_tar
 
     url = task.uri()
+    version = content_id(stream)
     pending: dict[str, Any] | None = None
     ordinal = task.first
-    for sample, end in group_samples_with_end(iter_tar(stream, url=url, start_offset=task.start),
-                                              url=url):
-        if pending is not None:
+    samples = group_samples_with_end(iter_tar(stream, url=url, start_offset=task.start), url=url)
+    try:
+        for sample, end in samples:
+            if pending is not None:
+                yield pending
+            pending = None
+            if ordinal not in task.skip:
+                sample[POSITION] = (task.index, ordinal, end, False)
+                if version is not None:
+                    sample[VERSION] = version
+                pending = sample
+            ordinal += 1
+    except AISIOError:
+        if pending is not None:  # complete (the next sample had begun), and not the last
             yield pending
-        pending = None
-        if ordinal not in task.skip:
-            sample[POSITION] = (task.index, ordinal, end, False)
-            pending = sample
-        ordinal += 1
+        raise
     if pending is not None:
         index, last_ordinal, end, _ = pending[POSITION]
         pending[POSITION] = (index, last_ordinal, end, last_ordinal == ordinal - 1)
@@ -408,56 +458,76 @@ def task_samples(task: ShardTask, stream: Any) -> Iterator[dict[str, Any]]:
 
 
 class Positioned:
-    """Applies a per-sample stage (decode, tuple) to a sample and returns ``(value, position)``:
-    the position taken out of the sample first, the value :data:`~aisio.core.stages.SKIPPED`
-    when the stage skipped the sample (its position is still delivered, so that the shard can
-    be finished). Picklable when the stage is."""
+    """Applies a per-sample stage (decode, tuple) to a sample and returns ``(value, position,
+    version)``: the position and the shard's content id taken out of the sample first, the
+    value :data:`~aisio.core.stages.SKIPPED` when the stage skipped the sample (its position
+    is still delivered, so that the shard can be finished). Picklable when the stage is."""
 
     def __init__(self, stage: Any = None) -> None:
         self.stage = stage
 
-    def __call__(self, sample: dict[str, Any]) -> tuple[Any, tuple[int, int, int, bool]]:
+    def __call__(self, sample: dict[str, Any]
+                 ) -> tuple[Any, tuple[int, int, int, bool], str | None]:
         position = sample.pop(POSITION)
-        return (self.stage(sample) if self.stage is not None else sample), position
+        version = sample.pop(VERSION, None)
+        return (self.stage(sample) if self.stage is not None else sample), position, version
 
 
-def pack_batch(pairs: Sequence[tuple[Any, tuple[int, int, int, bool]]], *,
-               collate: Any = None) -> Delivery:
-    """Returns a :class:`Delivery` of ``(value, position)`` pairs: the values (skipped ones
-    left out) collated with ``collate`` if given, and every position."""
+Placed = tuple[Any, tuple[int, int, int, bool], "str | None"]
+"""A value with its sample's position and its shard's content id, as :class:`Positioned`
+returns them."""
+
+
+def _versions(triples: Iterable[Placed]) -> dict[int, str] | None:
+    """Returns the content id of each shard the samples come from (None: none known)."""
+    versions = {position[0]: version for _, position, version in triples if version}
+    return versions or None
+
+
+def pack_batch(triples: Sequence[Placed], *, collate: Any = None) -> Delivery:
+    """Returns a :class:`Delivery` of ``(value, position, version)`` triples: the values
+    (skipped ones left out) collated with ``collate`` if given, every position, and the
+    shards' content ids."""
     from aisio.core.stages import SKIPPED
 
-    values = [value for value, _ in pairs if value is not SKIPPED]
-    positions = [position for _, position in pairs]
+    values = [value for value, _, _ in triples if value is not SKIPPED]
+    positions = [position for _, position, _ in triples]
     if not values:
-        return Delivery(None, positions, empty=True)
-    return Delivery(collate(values) if collate is not None else values, positions)
+        return Delivery(None, positions, empty=True, versions=_versions(triples))
+    return Delivery(collate(values) if collate is not None else values, positions,
+                    versions=_versions(triples))
 
 
-def pack(pairs: Iterable[tuple[Any, tuple[int, int, int, bool]]], *,
-         batch_size: int | None = None, collate: Any = None) -> Iterator[Delivery]:
-    """Yields :class:`Delivery` items from ``(value, position)`` pairs: each value alone, or
-    ``batch_size`` of them collated; the positions of skipped samples travel with the next."""
+def pack(triples: Iterable[Placed], *, batch_size: int | None = None,
+         collate: Any = None) -> Iterator[Delivery]:
+    """Yields :class:`Delivery` items from ``(value, position, version)`` triples: each value
+    alone, or ``batch_size`` of them collated; the positions of skipped samples travel with
+    the next."""
     from aisio.core.stages import SKIPPED
 
     batch: list[Any] = []
     positions: list[tuple[int, int, int, bool]] = []
-    for value, position in pairs:
+    versions: dict[int, str] = {}
+    for value, position, version in triples:
         positions.append(position)
+        if version is not None:
+            versions[position[0]] = version
         if value is SKIPPED:
             continue
         if not batch_size:
-            yield Delivery(value, positions)
-            positions = []
+            yield Delivery(value, positions, versions=versions or None)
+            positions, versions = [], {}
             continue
         batch.append(value)
         if len(batch) == batch_size:
-            yield Delivery(collate(batch) if collate is not None else batch, positions)
-            batch, positions = [], []
+            yield Delivery(collate(batch) if collate is not None else batch, positions,
+                           versions=versions or None)
+            batch, positions, versions = [], [], {}
     if batch:
-        yield Delivery(collate(batch) if collate is not None else batch, positions)
+        yield Delivery(collate(batch) if collate is not None else batch, positions,
+                       versions=versions or None)
     elif positions:
-        yield Delivery(None, positions, empty=True)
+        yield Delivery(None, positions, empty=True, versions=versions or None)
 
 
 def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Iterator[Any]:
@@ -476,6 +546,7 @@ def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Itera
 
 __all__ = [
     "POSITION",
+    "VERSION",
     "Delivery",
     "Failure",
     "Positioned",

@@ -130,7 +130,16 @@ class AISRequestError(ClusterError):
 
 
 class AISConnectionError(ClusterError):
-    """The cluster could not be reached, or the connection broke and retries ran out."""
+    """The cluster could not be reached, or the connection broke and retries ran out.
+
+    Attributes:
+        offset: for an object stream that broke, the byte of the object where it stopped.
+    """
+
+    def __init__(self, message: str, *, url: str | None = None, status: int | None = None,
+                 offset: int | None = None) -> None:
+        super().__init__(message, url=url, status=status)
+        self.offset = offset
 
 
 class ETLTransformError(DataError):
@@ -216,6 +225,21 @@ class WorkerDiedError(AISIOError, RuntimeError):
         self.exitcode = exitcode
 
 
+class WorkerTraceback(Exception):
+    """Where an error raised in a worker process came from: the worker's traceback, as text.
+
+    An aisio error from a worker reaches the training loop as itself (type, message, fields);
+    this is its ``__cause__``, so that the worker's frames print after it.
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
 def is_skippable(error: BaseException) -> bool:
     """Returns whether ``on_error="skip"``/``"warn"`` may skip ``error``: only a missing object
     (or bucket, or ETL) and bad data; usage and cluster errors always raise.
@@ -251,5 +275,6 @@ __all__ = [
     "StateMismatchError",
     "UsageError",
     "WorkerDiedError",
+    "WorkerTraceback",
     "is_skippable",
 ]

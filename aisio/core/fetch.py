@@ -184,16 +184,19 @@ class Fetcher:
         return ref.etl if ref.endpoint is not None else (ref.etl or self.etl)
 
     # ---- reading ---------------------------------------------------------------------------
-    def open(self, ref: ObjectRef, *, start: int = 0) -> IO[bytes]:
+    def open(self, ref: ObjectRef, *, start: int = 0, expect: str | None = None) -> IO[bytes]:
         """Returns a stream over one object from byte ``start`` (cached, or resumable over HTTP).
 
+        ``expect``: the content the object had when it was read before (a resumed shard).
+
         Raises:
-            AISIOError: the object cannot be read (missing, refused, cluster down after retries).
+            AISIOError: the object cannot be read (missing, refused, cluster down after retries),
+                or is no longer the ``expect`` ed content (:class:`ObjectChangedError`).
         """
         url = self.url(ref)
         etl = self.etl_of(ref)
         version = None
-        if start == 0 and self.cache is not None:
+        if start == 0 and expect is None and self.cache is not None:
             cached = self.cache.open(url, self.client(ref))
             if cached is not None:
                 return cached  # type: ignore[return-value]
@@ -202,7 +205,8 @@ class Fetcher:
                 # transforms, asked before the read (a newer object then never matches it).
                 with contextlib.suppress(AISIOError):
                     version = self.client(ref).object_version(ref.path)
-        reader = self.client(ref).open(url, name=ref.path.uri(), etl=etl, start=start)
+        reader = self.client(ref).open(url, name=ref.path.uri(), etl=etl, start=start,
+                                       expect=expect)
         if start == 0 and self.cache is not None:
             return self.cache.filling(url, reader, version)
         return reader  # type: ignore[return-value]
@@ -219,24 +223,25 @@ class Fetcher:
         else:
             for key, ref, start in requests:
                 try:
-                    stream = self.open(ref, start=start)
+                    stream = self.open(ref, start=start, expect=_expected(key))
                 except AISIOError as exc:
                     self.policy.handle(exc, ref.uri())
                     continue
                 yield key, stream
 
-    def read(self, ref: ObjectRef, start: int = 0) -> bytes:
+    def read(self, ref: ObjectRef, start: int = 0, expect: str | None = None) -> bytes:
         """Returns one object's bytes from ``start``, read whole (through the cache)."""
-        with self.open(ref, start=start) as stream:
+        with self.open(ref, start=start, expect=expect) as stream:
             return stream.read()
 
     def _threaded(self, requests: Iterable[tuple[Any, ObjectRef, int]]
                   ) -> Iterator[tuple[Any, IO[bytes]]]:
-        window: deque[tuple[Any, ObjectRef, Future[bytes]]] = deque()
+        window: deque[tuple[Any, ObjectRef, Future[IO[bytes]]]] = deque()
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="aisio-get")
         try:
             for key, ref, start in requests:
-                window.append((key, ref, pool.submit(self.read, ref, start)))
+                window.append((key, ref, pool.submit(self._read_whole, ref, start,
+                                                     _expected(key))))
                 if len(window) >= 2 * self.concurrency:
                     yield from self._settle(*window.popleft())
             while window:
@@ -246,14 +251,22 @@ class Fetcher:
             # caller for up to (max_retries + 1) x read_timeout. They end by their timeouts.
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def _settle(self, key: Any, ref: ObjectRef, future: Future[bytes]
+    def _read_whole(self, ref: ObjectRef, start: int, expect: str | None) -> IO[bytes]:
+        """Returns one object's bytes from ``start`` as a stream that names its content."""
+        with self.open(ref, start=start, expect=expect) as stream:
+            whole = _Whole(stream.read())
+            whole.version, whole.size = (getattr(stream, "version", None),
+                                         getattr(stream, "size", None))
+            return whole
+
+    def _settle(self, key: Any, ref: ObjectRef, future: Future[IO[bytes]]
                 ) -> Iterator[tuple[Any, IO[bytes]]]:
         try:
-            data = future.result()
+            stream = future.result()
         except AISIOError as exc:
             self.policy.handle(exc, ref.uri())
             return
-        yield key, io.BytesIO(data)
+        yield key, stream
 
     def _batched(self, requests: Iterable[tuple[Any, ObjectRef, int]]
                  ) -> Iterator[tuple[Any, IO[bytes]]]:
@@ -297,8 +310,20 @@ class Fetcher:
                 yield key, io.BytesIO(data)
         for key, ref, start in group[done:]:
             try:
-                data = self.read(ref, start)
+                data = self.read(ref, start, _expected(key))
             except AISIOError as exc:
                 self.policy.handle(exc, ref.uri())
                 continue
             yield key, io.BytesIO(data)
+
+
+def _expected(key: Any) -> str | None:
+    """Returns the content a resumed task's shard must still have (None: not checked)."""
+    return key.version if isinstance(key, ShardTask) else None
+
+
+class _Whole(io.BytesIO):
+    """An object read whole, with what names its content (see ``content_id``)."""
+
+    version: str | None = None
+    size: int | None = None

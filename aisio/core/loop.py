@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from aisio.core.epoch import Delivery, EpochProgress, Failure, check_state, merge_states
-from aisio.core.errors import StateMismatchError
+from aisio.core.errors import StateMismatchError, WorkerTraceback
 from aisio.core.fetch import check_epoch
 from aisio.core.report import ErrorReport
 from aisio.core.sources import ObjectRef
@@ -70,6 +70,9 @@ class ResumableLoader:
         self._progress: EpochProgress | None = None
         #: the current epoch's underlying loader (a DataLoader2, DataLoader or nodes Loader)
         self.current: Any = None
+        #: called with ``(epoch, state)`` when this process has received all of its share of
+        #: an epoch (its final state of that epoch); see :func:`aisio.gather_state`
+        self.on_finish: Callable[[int, dict[str, Any]], None] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Makes the next iteration epoch ``epoch`` (from its start)."""
@@ -90,25 +93,31 @@ class ResumableLoader:
         yielded = 0
         self.current = self._open_epoch(epoch, resume)
         items = iter(self.current)
+        finished = False
         try:
             while True:
                 item = next(items, _END)
                 while isinstance(item, Delivery) and item.empty:
-                    progress.record(item.positions)  # only skipped samples: nothing to yield
+                    progress.record(item.positions, item.versions)  # only skipped samples
                     item = next(items, _END)
                 if self._sync is not None and not self._sync(item is not _END):
                     break  # uneven="drop": a rank ran out, every rank stops here
                 if item is _END:
+                    finished = True
                     break
-                if isinstance(item, Failure):
-                    raise item.error  # from a worker, with its type, message and fields
+                if isinstance(item, Failure):  # from a worker, with its type, message, fields
+                    if item.traceback is None:
+                        raise item.error
+                    raise item.error from WorkerTraceback(item.traceback)
                 if isinstance(item, Delivery):
-                    progress.record(item.positions)
+                    progress.record(item.positions, item.versions)
                     item = item.value
                 yielded += 1
                 yield item
         finally:
             self.close()
+        if finished and self.on_finish is not None:
+            self.on_finish(epoch, progress.state_dict())
         self.epoch = epoch + 1
         # Nothing yielded is fine for a resumed epoch that had nothing left; an epoch whose
         # every shard was skipped raises.

@@ -54,12 +54,16 @@ class ErrorReport:
             error: why; its ``offset`` and ``member`` (if any) say where in the shard.
             shard: the shard's name (default: the error's ``url``).
             samples: how many of the shard's samples were yielded before it was skipped.
+
+        The record also names, in ``given_up``, the key of the sample the fault interrupted
+        (not yielded: files of it may lie past the fault), if any.
         """
         entry = {
             "shard": shard or getattr(error, "url", None),
             "offset": getattr(error, "offset", None),
             "member": getattr(error, "member", None),
             "samples": samples,
+            "given_up": getattr(error, "given_up", None),
             "error": type(error).__name__,
             "reason": str(error),
         }

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from aisio.core.errors import ShardFormatError
+from aisio.core.errors import AISIOError, ShardFormatError
 from aisio.core.tar import TarMember
 
 MemberLike = TarMember | tuple[str, bytes]
@@ -86,28 +86,42 @@ def group_samples_with_end(
         url: the shard's name, stored in ``__url__`` and used in error messages.
 
     Raises:
-        ShardFormatError: a suffix repeats within a sample.
+        ShardFormatError: a suffix repeats within a sample. Before an error (this one, or one
+            from ``members``) every sample known to be whole is yielded (the one in progress
+            is, when the error names a member of another sample); otherwise the error names in
+            ``given_up`` the key of the sample in progress, not yielded: files of it may lie
+            past the fault.
     """
     sample: dict[str, Any] | None = None
     end = NO_OFFSET
-    for member in members:
-        if isinstance(member, TarMember):
-            name, data, offset, member_end = member
-        else:
-            name, data = member
-            offset, member_end = None, NO_OFFSET
-        parts = split_key(name)
-        if parts is None:
-            continue
-        key, suffix = parts
-        if sample is None or sample["__key__"] != key:
-            if sample is not None:
-                yield sample, end
-            sample = {"__key__": key, "__url__": url}
-        if suffix in sample:
-            raise _duplicate(url, name, suffix, key, offset)
-        sample[suffix] = data
-        end = member_end
+    try:
+        for member in members:
+            if isinstance(member, TarMember):
+                name, data, offset, member_end = member
+            else:
+                name, data = member
+                offset, member_end = None, NO_OFFSET
+            parts = split_key(name)
+            if parts is None:
+                continue
+            key, suffix = parts
+            if sample is None or sample["__key__"] != key:
+                if sample is not None:
+                    yield sample, end
+                sample = {"__key__": key, "__url__": url}
+            if suffix in sample:
+                raise _duplicate(url, name, suffix, key, offset)
+            sample[suffix] = data
+            end = member_end
+    except AISIOError as exc:
+        if sample is not None and getattr(exc, "given_up", None) is None:
+            at = getattr(exc, "member", None)
+            parts = split_key(at) if at else None
+            if parts is not None and parts[0] != sample["__key__"]:
+                yield sample, end  # the fault is in another sample's file: this one is whole
+            else:  # given up: more of its files may lie past the fault
+                exc.given_up = sample["__key__"]  # type: ignore[attr-defined]
+        raise
     if sample is not None:
         yield sample, end
 

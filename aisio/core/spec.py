@@ -7,13 +7,14 @@ one frozen, picklable value, so the rules (defaults, types, what goes with what)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aisio.core.cache import ShardCache
 from aisio.core.config import AISConfig, resolve_config
 from aisio.core.decode import Decoder, field_names
+from aisio.core.errors import ConfigError
 from aisio.core.fetch import ErrorPolicy, Fetcher, OnError, check_on_error
 from aisio.core.report import ErrorReport
 from aisio.core.stages import SampleStage
@@ -43,6 +44,7 @@ class PipelineSpec:
     concurrency: int = 1
     cache: ShardCache | None = None
     times: StageTimes | None = None
+    map: Callable[[Any], Any] | None = None
 
     @classmethod
     def build(
@@ -64,6 +66,7 @@ class PipelineSpec:
         concurrency: int = 1,
         cache: ShardCache | None = None,
         timings: bool = False,
+        map: Callable[[Any], Any] | None = None,
     ) -> PipelineSpec:
         """Returns the spec for these options (see :func:`aisio.webdataset_pipe`).
 
@@ -94,19 +97,30 @@ class PipelineSpec:
             concurrency=concurrency,
             cache=cache,
             times=StageTimes.temporary() if timings else None,
+            map=check_map(map),
         )
 
     def stage(self) -> SampleStage | None:
         """Returns the per-sample stage (decode, tuple, under the error policy), if any."""
-        if self.decoder is None and self.tuple_fields is None and self.times is None:
+        if (self.decoder is None and self.tuple_fields is None and self.times is None
+                and self.map is None):
             return None
         return SampleStage(self.decoder, self.tuple_fields, on_error=self.on_error,
-                           report=self.report, times=self.times)
+                           report=self.report, times=self.times, map=self.map)
 
     def fetcher(self) -> Fetcher:
         """Returns the fetcher that reads this pipeline's shards."""
         return Fetcher(self.config, self.etl, self.concurrency, 0, self.cache,
                        ErrorPolicy(self.on_error, self.report))
+
+
+def check_map(fn: Any) -> Callable[[Any], Any] | None:
+    """Returns ``map=`` as given, or raises ConfigError when it is not a function."""
+    if fn is not None and not callable(fn):
+        raise ConfigError(
+            f"map={fn!r} is not a function; pass a function of one sample (or tuple), e.g. "
+            "map=augment, defined with `def` at module level when there are workers")
+    return fn
 
 
 __all__ = ["PipelineSpec"]

@@ -11,7 +11,7 @@ pickle, a missing optional package) are raised whatever the policy.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aisio.core import timing
@@ -53,6 +53,7 @@ class SampleStage:
         report: where skipped samples are recorded (default: a new in-memory report).
         times: a :class:`~aisio.core.timing.StageTimes` that the processes running this stage
             report their stage totals to.
+        map: a function applied last to each kept sample (or tuple): ``map=`` of the loaders.
 
     Example:
         >>> stage = SampleStage(Decoder(), "cls", on_error="skip")
@@ -66,8 +67,10 @@ class SampleStage:
 
     def __init__(self, decoder: Decoder | None = None, fields: Any = None, *,
                  on_error: OnError = "raise", report: ErrorReport | None = None,
-                 times: StageTimes | None = None) -> None:
+                 times: StageTimes | None = None, map: Callable[[Any], Any] | None = None
+                 ) -> None:
         self.decoder = decoder
+        self.map = map
         self.fields = None if fields is None else field_names(fields, what="tuple_fields")
         self.policy = ErrorPolicy(on_error, report if report is not None else ErrorReport())
         self.on_error = on_error
@@ -86,7 +89,7 @@ class SampleStage:
                 out = self.decoder(out)
             if self.fields is not None:
                 out = to_tuple(out, *self.fields)
-            return out
+            return out if self.map is None else self.map(out)
         except SampleError as exc:
             self.policy.handle(exc, sample.get("__url__"), sample=sample.get("__key__"))
             return SKIPPED

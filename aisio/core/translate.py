@@ -147,8 +147,10 @@ def error_from_status(
     )
 
 
-def error_from_exception(exc: BaseException, *, url: str, what: str) -> AISIOError:
-    """Returns the typed error for an exception raised below aisio (requests, urllib3, SDK)."""
+def error_from_exception(exc: BaseException, *, url: str, what: str,
+                         offset: int | None = None) -> AISIOError:
+    """Returns the typed error for an exception raised below aisio (requests, urllib3, SDK);
+    ``offset``: the byte of an object stream where it broke."""
     if isinstance(exc, AISIOError):
         return exc
     if isinstance(exc, requests.exceptions.SSLError):
@@ -161,9 +163,10 @@ def error_from_exception(exc: BaseException, *, url: str, what: str) -> AISIOErr
     if isinstance(status, int):  # aistore SDK errors (AISError and subclasses) carry the status
         return error_from_status(status, str(getattr(exc, "message", exc)), url=url, what=what)
     if isinstance(exc, TRANSIENT_EXCEPTIONS):
+        where = "" if offset is None else f" at byte {offset}"
         return AISConnectionError(
-            f"connection failed while {what} {url} ({type(exc).__name__}: {exc}) and retries "
-            "ran out; check that the cluster is up (`aisio playground status`) and AIS_ENDPOINT",
-            url=url,
+            f"connection failed while {what} {url}{where} ({type(exc).__name__}: {exc}) and "
+            "retries ran out; check that the cluster is up (`aisio playground status`) and "
+            "AIS_ENDPOINT", url=url, offset=offset,
         )
     return AISRequestError(f"{what} {url} failed: {type(exc).__name__}: {exc}", url=url)

@@ -7,7 +7,6 @@ top-level helpers (:func:`aisio.webdataset_loader`, ...) turn that into a
 
 from __future__ import annotations
 
-import math
 import pickle
 import random
 import warnings
@@ -29,7 +28,7 @@ with warnings.catch_warnings():
     from torchdata.dataloader2.reading_service import ReadingServiceInterface
 
 from aisio.core.epoch import epoch_seed
-from aisio.core.errors import ConfigError
+from aisio.core.errors import ConfigError, StateMismatchError
 from aisio.core.fetch import check_epoch
 from aisio.core.loop import ResumableLoader
 from aisio.core.report import ErrorReport
@@ -37,12 +36,14 @@ from aisio.core.spec import PipelineSpec
 from aisio.datapipes.base import IterDataPipe
 from aisio.datapipes.mpfix import install as _install_round_robin_fix
 from aisio.datapipes.pipeline import (
+    SampleQuota,
     Uneven,
+    batch_pipe,
     epoch_pipe,
     shard_names,
     webdataset_pipe,
 )
-from aisio.loaders.dist import shared_seed
+from aisio.loaders.dist import keep_exchange, shared_seed
 
 
 class KeepUnevenReadingService(DistributedReadingService):
@@ -111,6 +112,15 @@ class EpochLoader(DataLoader2):
         """Makes the next iteration epoch ``epoch``."""
         self.epoch = epoch
 
+    def state_dict(self) -> dict[str, Any]:
+        """Raises :class:`~aisio.StateMismatchError`: this loader cannot say what the training
+        loop received (DataLoader2's own state would replay the epoch on resume)."""
+        raise StateMismatchError(_NO_STATE)
+
+    def load_state_dict(self, state: Any) -> None:
+        """Raises :class:`~aisio.StateMismatchError` (see :meth:`state_dict`)."""
+        raise StateMismatchError(_NO_STATE)
+
     def __iter__(self) -> Iterator[Any]:
         if self.base_seed is not None:
             self.seed(random.Random(f"{self.base_seed}:{self.epoch}").getrandbits(63))
@@ -123,12 +133,21 @@ class EpochLoader(DataLoader2):
         check_epoch(yielded, self.report, skipped_before=skipped_before)
 
 
+_NO_STATE = (
+    "this loader (make_loader, or webdataset_loader with post= or resampled=True) cannot say "
+    "which samples the training loop received, so it has no resumable state; for a function "
+    "of each sample pass map=f instead of post= (webdataset_loader(..., map=f) resumes "
+    "mid-epoch), and checkpoint a resampled run at epoch boundaries (set_epoch)")
+
+
 def make_loader(pipe: IterDataPipe, *, num_workers: int = 0, seed: int | None = None,
                 uneven: Uneven = "drop", worker_prefetch: int = 10,
                 main_prefetch: int = 10) -> EpochLoader:
     """Returns a DataLoader2 over ``pipe`` with the right reading service (see above).
 
     ``seed`` makes every epoch reproducible; each epoch still reshuffles (see EpochLoader).
+    It cannot checkpoint mid-epoch (``state_dict()`` raises
+    :class:`~aisio.StateMismatchError`): :func:`webdataset_loader` can.
     """
     _install_round_robin_fix()
     return EpochLoader(pipe, reading_service(num_workers, uneven=uneven,
@@ -158,13 +177,18 @@ def webdataset_loader(
         num_workers: worker processes (0: read in the main process).
         seed: makes the shuffles reproducible (each epoch still reshuffles).
         uneven: with torch.distributed, ``"drop"`` or ``"keep"`` (see :func:`reading_service`).
-        samples_per_epoch: with ``resampled=True``, the epoch length per rank (in items the
-            pipe yields: batches when ``batch_size`` is set); split across workers.
-        post: a function applied to the pipe last (e.g. extra maps), still inside the workers.
-            With workers, what it adds must pickle: functions defined with ``def`` at module
+        samples_per_epoch: with ``resampled=True``, the epoch length per rank, in samples
+            (counted before batching): exactly that many on each rank, split across its
+            workers (worker ``w`` of ``W`` yields ``N // W``, plus one when ``w < N % W``;
+            each worker's last batch may be short).
+        post: a function applied to the whole pipe last, after batching (so a map it adds
+            receives batches), still inside the workers. For a function of each sample, use
+            ``map=`` (see :func:`webdataset_pipe`), which keeps the loader resumable. With
+            workers, what it adds must pickle: functions defined with ``def`` at module
             level, not lambdas (checked here, with an error naming the function). With
-            ``post`` or ``resampled=True`` the loader is a plain :class:`EpochLoader`, which
-            cannot checkpoint mid-epoch.
+            ``post`` or ``resampled=True`` the loader is a plain :class:`EpochLoader`, whose
+            ``state_dict()`` raises :class:`~aisio.StateMismatchError` (it cannot say what
+            the training loop received).
         **pipe_options: passed to :func:`webdataset_pipe` (url, etl, decode, batch_size, ...).
 
     Example:
@@ -194,23 +218,25 @@ def webdataset_loader(
 
     if num_workers:
         check_picklable(pipe, num_workers, "the pipeline")
-    return ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch, close=close,
-                           report=spec.report, timings=spec.times)
+    return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
+                                         close=close, report=spec.report,
+                                         timings=spec.times), uneven)
 
 
 def _plain_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: Uneven,
                   samples_per_epoch: int | None,
                   post: Callable[[IterDataPipe], IterDataPipe] | None,
                   **pipe_options: Any) -> EpochLoader:
-    pipe = webdataset_pipe(shards, **pipe_options)
+    if samples_per_epoch is not None and not pipe_options.get("resampled"):
+        raise ValueError("samples_per_epoch goes with resampled=True (exact epochs end "
+                         "when the shards do)")
+    batch_size, collate = pipe_options.pop("batch_size", None), pipe_options.pop("collate", True)
+    pipe = webdataset_pipe(shards, **pipe_options)  # samples: counted before batching
     report: ErrorReport = pipe.report
     pipe_timings = pipe.timings
     if samples_per_epoch is not None:
-        if not pipe_options.get("resampled"):
-            raise ValueError("samples_per_epoch goes with resampled=True (exact epochs end "
-                             "when the shards do)")
-        # Each worker yields its part; the total is rounded up to a multiple of num_workers.
-        pipe = pipe.header(math.ceil(samples_per_epoch / max(1, num_workers)))
+        pipe = SampleQuota(pipe, samples_per_epoch)  # exactly that many per rank
+    pipe = batch_pipe(pipe, batch_size, collate=collate)
     if post is not None:
         pipe = post(pipe)
     if num_workers:
@@ -240,9 +266,21 @@ def _unpicklable_callable(pipe: IterDataPipe) -> Any:
                     try:
                         pickle.dumps(value)
                     except Exception:
-                        return value
+                        return _innermost_unpicklable(value)
             stack.append(parents)
     return None
+
+
+def _innermost_unpicklable(fn: Any, depth: int = 4) -> Any:
+    """Returns the function inside ``fn`` (a stage holding the user's ``map=``, say) that
+    keeps it from pickling, or ``fn`` itself."""
+    for value in getattr(fn, "__dict__", {}).values():
+        if depth and callable(value) and not isinstance(value, type):
+            try:
+                pickle.dumps(value)
+            except Exception:
+                return _innermost_unpicklable(value, depth - 1)
+    return fn
 
 
 def check_picklable(pipe: IterDataPipe, num_workers: int, origin: str = "post=") -> None:

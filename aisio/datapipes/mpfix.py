@@ -47,7 +47,7 @@ with warnings.catch_warnings():
     from torchdata.dataloader2.communication.iter import _IterateQueueDataPipes
     from torchdata.dataloader2.communication.protocol import IterDataPipeQueueProtocolServer
 
-from aisio.core.errors import WorkerDiedError
+from aisio.core.errors import WorkerDiedError, WorkerTraceback
 
 _POLL_SECONDS = 0.0001
 _LIVENESS_SECONDS = 0.05  # how often a wait on a worker checks that it is still alive
@@ -56,15 +56,7 @@ SHUTDOWN_GRACE = 1.0
 _PARENT_WATCH_SECONDS = 0.5
 
 
-class _RemoteTraceback(Exception):
-    """The traceback of an exception raised in a worker process (its ``__cause__``)."""
-
-    def __init__(self, tb: str) -> None:
-        super().__init__(tb)
-        self.tb = tb
-
-    def __str__(self) -> str:
-        return self.tb
+_RemoteTraceback = WorkerTraceback  # the traceback of an exception raised in a worker
 
 
 def _died(index: int, process: Any) -> WorkerDiedError:

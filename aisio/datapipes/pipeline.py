@@ -14,7 +14,7 @@ sharding filter per worker and per rank itself.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
 from torch.utils.data import default_collate
@@ -154,6 +154,7 @@ def webdataset_pipe(
     concurrency: int = 1,
     cache: ShardCache | None = None,
     timings: bool = False,
+    map: Callable[[Any], Any] | None = None,
 ) -> IterDataPipe:
     """Returns the DataPipe from shard names to samples, tuples or batches (see module doc).
 
@@ -187,12 +188,16 @@ def webdataset_pipe(
         cache: a :class:`ShardCache` keeping read shards on local disk for later epochs.
         timings: measure where the time goes (network reads, tar parsing, decoding) in every
             process, as ``pipe.timings`` (a :class:`~aisio.core.timing.StageTimes`).
+        map: a function applied to each sample (or tuple, after ``decode`` and
+            ``tuple_fields``) before batching, in the workers: webdataset's ``.map`` /
+            ``.map_tuple``. The one-call loaders stay resumable with it (each result keeps its
+            sample's position). With workers it must pickle: ``def`` at module level.
     """
     spec = PipelineSpec.build(
         endpoint=endpoint, url=url, config=config, etl=etl, shuffle_shards=shuffle_shards,
         shuffle_buffer=shuffle_buffer, decode=decode, decode_threads=decode_threads,
         tuple_fields=tuple_fields, batch_size=batch_size, collate=collate, on_error=on_error,
-        report=report, concurrency=concurrency, cache=cache, timings=timings)
+        report=report, concurrency=concurrency, cache=cache, timings=timings, map=map)
     names = shard_names(shards, spec.config)
     pipe: IterDataPipe
     if resampled:
@@ -209,13 +214,52 @@ def webdataset_pipe(
             pipe.map(stage))
         if spec.on_error != "raise":
             pipe = pipe.filter(is_kept)
-    if spec.batch_size:
-        pipe = pipe.batch(spec.batch_size)
-        if spec.collate:
-            pipe = pipe.collate()
+    pipe = batch_pipe(pipe, spec.batch_size, collate=spec.collate)
     pipe.report = spec.report  # type: ignore[attr-defined]
     pipe.timings = spec.times  # type: ignore[attr-defined]
     return pipe
+
+
+def batch_pipe(pipe: IterDataPipe, batch_size: int | None, *, collate: bool) -> IterDataPipe:
+    """Returns ``pipe`` batched (and collated) as :func:`webdataset_pipe` does."""
+    if batch_size:
+        pipe = pipe.batch(batch_size)
+        if collate:
+            pipe = pipe.collate()
+    return pipe
+
+
+class SampleQuota(IterDataPipe):
+    """Yields the first items of ``source``: this reader's share of ``total`` per epoch.
+
+    Split across the worker processes of a rank (not across ranks: ``total`` is per rank),
+    exactly: with ``W`` workers, worker ``w`` yields ``total // W`` items, plus one when
+    ``w < total % W``, so a rank yields ``total`` in all.
+    """
+
+    def __init__(self, source: IterDataPipe, total: int) -> None:
+        if total < 1:
+            raise ValueError(f"samples_per_epoch={total} must be at least 1")
+        self.source = source
+        self.total = total
+        self.share = total
+
+    def apply_sharding(self, num_of_instances: int, instance_id: int,
+                       sharding_group: Any = None) -> None:
+        from torch.utils.data.datapipes.iter.sharding import SHARDING_PRIORITIES
+
+        if sharding_group == SHARDING_PRIORITIES.DISTRIBUTED:
+            return  # per rank
+        count, extra = divmod(self.total, num_of_instances)
+        self.share = count + (instance_id < extra)
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self.share:
+            return
+        for taken, item in enumerate(self.source, 1):
+            yield item
+            if taken >= self.share:
+                return
 
 
 def samples_pipe(source: IterDataPipe, spec: PipelineSpec) -> IterDataPipe:
@@ -254,7 +298,7 @@ class ShardTasks(IterDataPipe):
 
 
 class Pack(IterDataPipe):
-    """Yields :class:`~aisio.core.epoch.Delivery` items: ``(value, position)`` pairs batched
+    """Yields :class:`~aisio.core.epoch.Delivery` items: ``(value, position, version)`` batched
     and collated as the spec says, each delivery with the positions of its samples."""
 
     def __init__(self, source: IterDataPipe, spec: PipelineSpec) -> None:

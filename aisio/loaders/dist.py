@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import random
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -10,7 +13,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from aisio.core.epoch import merge_states
+from aisio.core.epoch import merge_states, shard_list_id
+from aisio.core.errors import ClusterError
 
 
 def initialized() -> bool:
@@ -52,13 +56,97 @@ def drop_sync(uneven: str) -> Callable[[bool], bool] | None:
 
 def gather_state(loader: Any) -> dict[str, Any]:
     """Returns the state of every rank's loader merged into one (a collective: every rank
-    calls it at the same step). Save it from rank 0; load it on any number of ranks."""
+    calls it at the same step). Save it from rank 0; load it on any number of ranks.
+
+    With ``uneven="keep"`` a rank that has received all of its share of the epoch (and left
+    its loop) need not call it: its final state of the epoch stands in for it.
+    """
     state = loader.state_dict()
     if not initialized() or dist.get_world_size() < 2:
         return state
+    exchange = getattr(loader, "exchange", None)
+    if isinstance(exchange, StateExchange):
+        return merge_states(exchange.gather(loader.epoch, state))
     states: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(states, state, group=_gloo())
     return merge_states(states)
+
+
+class StateExchange:
+    """How :func:`gather_state` collects the ranks' states under ``uneven="keep"``, where a
+    rank may have run out while the others go on: through torch.distributed's key-value store
+    rather than a collective. Each call publishes this rank's state as that epoch's ``n``-th;
+    a rank that finished the epoch publishes its final state once. A call waits, for each
+    rank, for its ``n``-th state of the epoch, or its final one.
+
+    Args:
+        name: the loader's key space, the same on every rank.
+        timeout: seconds a call waits for the other ranks.
+    """
+
+    def __init__(self, name: str, timeout: float = 1800.0) -> None:
+        self.store = dist.PrefixStore(f"aisio/state/{name}/", _default_store())
+        self.rank, self.world = rank_and_world()
+        self.timeout = timeout
+        self.calls: dict[int, int] = {}
+
+    def finished(self, epoch: int, state: dict[str, Any]) -> None:
+        """Publishes this rank's final state of ``epoch`` (it received all of its share)."""
+        self.store.set(f"e{epoch}/final/{self.rank}", json.dumps(state))
+
+    def gather(self, epoch: int, state: dict[str, Any]) -> list[dict[str, Any]]:
+        """Returns every rank's state at this call (its final one if it has finished)."""
+        call = self.calls[epoch] = self.calls.get(epoch, 0) + 1
+        self.store.set(f"e{epoch}/c{call}/{self.rank}", json.dumps(state))
+        deadline = time.monotonic() + self.timeout
+        states = [self._wait(f"e{epoch}/c{call}/{rank}", f"e{epoch}/final/{rank}", deadline)
+                  for rank in range(self.world)]
+        if call > 2:  # every rank has read it: each has passed call - 1
+            with contextlib.suppress(Exception):
+                self.store.delete_key(f"e{epoch}/c{call - 2}/{self.rank}")
+        return states
+
+    def _wait(self, key: str, final: str, deadline: float) -> dict[str, Any]:
+        pause = 0.001
+        while True:
+            for name in (key, final):
+                if self.store.check([name]):
+                    return dict(json.loads(self.store.get(name)))
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"gather_state waited {self.timeout:.0f} s for rank {key.rsplit('/', 1)[1]}, "
+                    "which neither reached this step nor finished the epoch; call gather_state "
+                    "at the same step on every rank (a rank that ran out need not)")
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
+
+
+_EXCHANGES: dict[str, int] = {}
+
+
+def keep_exchange(loader: Any, uneven: str) -> Any:
+    """Returns ``loader`` (a :class:`~aisio.ResumableLoader`), with a :class:`StateExchange`
+    when ranks may end apart (``uneven="keep"`` over several ranks), so that
+    :func:`gather_state` works at any step, whether or not a rank has finished."""
+    if uneven != "keep" or not initialized() or dist.get_world_size() < 2:
+        return loader
+    if _default_store() is None:
+        return loader  # (a torch without the store: gather_state stays a plain collective)
+    base = f"{shard_list_id(loader.shards)}-{loader.seed}"
+    _EXCHANGES[base] = _EXCHANGES.get(base, 0) + 1  # loaders are built in one order everywhere
+    exchange = StateExchange(f"{base}-{_EXCHANGES[base]}")
+    loader.exchange = exchange
+    loader.on_finish = exchange.finished
+    return loader
+
+
+def _default_store() -> Any:
+    """Returns the key-value store of the default process group, or None."""
+    get = getattr(dist.distributed_c10d, "_get_default_store", None)
+    try:
+        return get() if get is not None else None
+    except (RuntimeError, ValueError):
+        return None
 
 
 _GROUPS: dict[int, Any] = {}

@@ -15,19 +15,21 @@ from functools import partial
 from typing import Any
 
 from aisio.core.epoch import (
+    Failure,
     Positioned,
     ShardTask,
     epoch_seed,
     epoch_tasks,
     pack_batch,
+    ship_errors,
     shuffle_buffer,
 )
-from aisio.core.errors import LoaderUnavailableError
+from aisio.core.errors import AISIOError, LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
 from aisio.core.parse import parse_streams
 from aisio.core.spec import PipelineSpec
 from aisio.datapipes.pipeline import shard_names
-from aisio.loaders.dist import drop_sync, rank_and_world, shared_seed
+from aisio.loaders.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
 
 try:
     import torchdata.nodes as _nodes
@@ -67,12 +69,14 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
         for _ in range(int(initial_state["yielded"]) if initial_state else 0):
             self.next()
 
-    def _samples(self) -> Iterator[dict[str, Any]]:
+    def _samples(self) -> Iterator[Any]:
         fetcher = self.spec.fetcher()
         samples = parse_streams(fetcher.streams(self.tasks), fetcher.policy)  # in this process
         if self.spec.shuffle_buffer:
             samples = shuffle_buffer(samples, self.spec.shuffle_buffer, random.Random(self.seed))
-        return samples
+        # An error ends the samples as a Failure item: nodes' threads would rebuild it from
+        # its message, without its fields.
+        return ship_errors(samples)
 
     def next(self) -> dict[str, Any]:
         assert self._items is not None, "reset() first"
@@ -84,9 +88,34 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
         return {"yielded": self._yielded}
 
 
+class _Staged:
+    """The per-sample stage (``Positioned``) in nodes' mappers: a :class:`Failure` passes on,
+    and an aisio error the stage raises becomes one (nodes' threads and processes would
+    rebuild it from its message)."""
+
+    def __init__(self, stage: Positioned) -> None:
+        self.stage = stage
+
+    def __call__(self, sample: Any) -> Any:
+        if isinstance(sample, Failure):
+            return sample
+        try:
+            return self.stage(sample)
+        except AISIOError as exc:
+            return Failure.of(exc)
+
+
 def _deliver(collate: Any, batch: Any) -> Any:
-    """Packs a batch (or one) of ``(value, position)`` pairs into a delivery."""
-    return pack_batch(batch if isinstance(batch, list) else [batch], collate=collate)
+    """Packs a batch (or one) of ``(value, position, version)`` into a delivery; a batch that
+    holds a :class:`Failure` is that failure (the epoch ends with its error)."""
+    items = batch if isinstance(batch, list) else [batch]
+    failure = next((item for item in items if isinstance(item, Failure)), None)
+    if failure is not None:
+        return failure
+    delivery = pack_batch(items, collate=collate)
+    if not isinstance(batch, list) and not delivery.empty:
+        delivery.value = delivery.value[0]  # no batch_size: the item itself, as elsewhere
+    return delivery
 
 
 def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "thread",
@@ -124,7 +153,7 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
         tasks = epoch_tasks(refs, run_seed, epoch, shuffle=spec.shuffle_shards,
                             resume=resume)[rank::world]
         node: Any = ShardSamples(tasks, spec, seed=epoch_seed(run_seed, epoch) + rank)
-        stage = Positioned(spec.stage())  # decode and tuple, keeping each sample's position
+        stage = _Staged(Positioned(spec.stage()))  # decode and tuple, keeping positions
         node = (ParallelMapper(node, stage, num_workers=num_workers, method=method)
                 if num_workers else Mapper(node, stage))
         if spec.batch_size:
@@ -138,8 +167,9 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
             _stop_threads(current.pop())
 
     current: list[Any] = []
-    return ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch, close=close,
-                           report=spec.report, timings=spec.times, sync=drop_sync(uneven))
+    return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
+                                         close=close, report=spec.report, timings=spec.times,
+                                         sync=drop_sync(uneven)), uneven)
 
 
 def _stop_threads(root: Any) -> None:

@@ -9,6 +9,9 @@ any number of workers and ranks.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -20,7 +23,7 @@ from aisio.core.errors import LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
 from aisio.core.spec import PipelineSpec
 from aisio.datapipes.pipeline import epoch_pipe, shard_names
-from aisio.loaders.dist import drop_sync, rank_and_world, shared_seed
+from aisio.loaders.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
 
 
 def _as_is(item: Any) -> Any:
@@ -41,6 +44,16 @@ def _seed_worker(worker_id: int) -> None:
     torch.utils.data.graph_settings.apply_random_seed(info.dataset, generator)  # type: ignore[arg-type]
 
 
+@contextlib.contextmanager
+def _quiet_set_vital() -> Iterator[None]:
+    """Silences the one warning StatefulDataLoader's constructor causes and the user did not:
+    it calls ``torch.set_vital``, which torch deprecates."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="'set_vital' is deprecated",
+                                category=UserWarning)
+        yield
+
+
 def _loader(loader_class: type, shards: Any, *, num_workers: int, seed: int | None,
             uneven: str, prefetch_factor: int | None, **pipe_options: Any) -> ResumableLoader:
     spec = PipelineSpec.build(**pipe_options)
@@ -58,11 +71,13 @@ def _loader(loader_class: type, shards: Any, *, num_workers: int, seed: int | No
             options = {"prefetch_factor": prefetch_factor or 2, "persistent_workers": False,
                        "worker_init_fn": _seed_worker}
         # Its worker processes end with its iterator: nothing to close.
-        return loader_class(pipe, batch_size=None, num_workers=num_workers,
-                            collate_fn=_as_is, generator=generator, **options)
+        with _quiet_set_vital():
+            return loader_class(pipe, batch_size=None, num_workers=num_workers,
+                                collate_fn=_as_is, generator=generator, **options)
 
-    return ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
-                           report=spec.report, timings=spec.times, sync=sync)
+    return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
+                                         report=spec.report, timings=spec.times, sync=sync),
+                         uneven)
 
 
 def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None = None,

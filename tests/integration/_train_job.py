@@ -14,6 +14,10 @@ of aisio's resumable loaders, as a real training loop would, checkpointing on th
   ``{"state": merged state, "ranks": [each rank's own state], "counts": [keys written by each
   rank], "step", "epoch", "time"}``. Every rank writes the merged state it got to
   ``DIR/gathered-rank<R>.json`` (gather_state gives it on every rank).
+  With ``--ckpt-by-file``, no other collective is made: a rank that has run out (``keep``)
+  takes no part, every rank that reached the step writes ``--ckpt`` (``{step}`` in it is
+  replaced) without ``counts``, and each rank records its count in ``DIR/counts-rank<R>.json``
+  (step -> keys written).
 * ``--resume-ranks`` loads the checkpoint's list of per-rank states instead of the merged one.
 * ``--stop-after N`` ends the process abruptly (``os._exit``) after N batches of the first epoch:
   a crash at a known step (all ranks stop at the same step).
@@ -78,6 +82,7 @@ def main() -> None:
     parser.add_argument("--sleep", type=float, default=0.0)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--max-steps", type=int, default=10_000)  # bounds every loop
+    parser.add_argument("--ckpt-by-file", action="store_true")
     args = parser.parse_args()
 
     import torch.distributed as dist
@@ -94,6 +99,7 @@ def main() -> None:
             loader.load_state_dict(json.load(fh)["ranks" if args.resume_ranks else "state"])
     keys_path = os.path.join(args.out, f"keys-rank{args.rank}.txt")
     written = 0
+    by_step: dict[str, Any] = {}
     batches: list[int] = []
     with open(keys_path, "a") as out:
         for _ in range(args.epochs):
@@ -107,7 +113,16 @@ def main() -> None:
                 out.flush()
                 os.fsync(out.fileno())
                 written += len(keys)
-                if args.every and step % args.every == 0 and step <= args.ckpt_until:
+                if (args.ckpt_by_file and args.every and step % args.every == 0
+                        and step <= args.ckpt_until):
+                    state = aisio.gather_state(loader)
+                    by_step[str(step)] = written
+                    write_atomic(os.path.join(args.out, f"counts-rank{args.rank}.json"),
+                                 by_step)
+                    if args.ckpt:
+                        write_atomic(args.ckpt.format(step=step),
+                                     {"state": state, "step": step, "epoch": epoch})
+                elif args.every and step % args.every == 0 and step <= args.ckpt_until:
                     own = loader.state_dict()
                     state = aisio.gather_state(loader)
                     counts: list[Any] = [written]

@@ -12,7 +12,7 @@ from PIL import Image
 import aisio
 from aisio.core.client import Client
 from aisio.core.urls import AISPath, Bucket
-from tests.conftest import default_loader, tar_bytes, write_shards
+from tests.conftest import LOADERS, default_loader, tar_bytes, write_shards
 
 
 def _jpeg() -> bytes:
@@ -70,19 +70,20 @@ def test_skip_keeps_every_good_sample_and_reports_the_rest(
     pipe = aisio.AISFileLoader(names, url=ais_endpoint, on_error="skip", report=report)
     samples = list(pipe.ais_parse_webdataset(on_error="skip", report=report))
     got = Counter(s["__key__"] for s in samples)
-    # The good shards in full, once each. A bad shard's last sample before the fault is not
-    # yielded: more of its files could have followed, so it is not known to be complete.
-    assert got == Counter(keys)
+    # The good shards in full, once each; of the bad ones, every sample known to be whole: the
+    # truncated shard's k0 (the fault is in k1's data). A sample the fault interrupts is not
+    # yielded (more of its files could have followed): the record names it.
+    assert got == Counter([*keys, "k0"])
     records = {Path(r["shard"]).name: r for r in report.records()}
     assert set(records) == {f"{n}.tar" for n in BAD_SHARDS} | {"missing.tar"}
     assert records["missing.tar"]["error"] == "ObjectNotFoundError"
     assert records["truncated.tar"]["offset"] == 2300
     assert records["truncated.tar"]["member"] == "k1.bin"
-    # Each record says how many samples of the shard were yielded: here none, as k0 is held
-    # until its key ends, even where its bytes end exactly where the fault begins (1536).
-    assert records["truncated.tar"]["samples"] == 0
-    assert (records["corrupt-header.tar"]["offset"], records["corrupt-header.tar"]["samples"]
-            ) == (1536, 0)
+    # Each record says how many samples of the shard were yielded, and which one was given up:
+    # a corrupt header names no member, so k0 might have had more files.
+    assert (records["truncated.tar"]["samples"], records["truncated.tar"]["given_up"]) == (1, None)
+    corrupt = records["corrupt-header.tar"]
+    assert (corrupt["offset"], corrupt["samples"], corrupt["given_up"]) == (1536, 0, "k0")
     assert records["missing.tar"]["samples"] is None
     assert records["duplicate-suffix.tar"]["member"] == "a.bin"
 
@@ -90,11 +91,12 @@ def test_skip_keeps_every_good_sample_and_reports_the_rest(
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_an_epoch_whose_every_shard_is_skipped_raises(ais_endpoint: str, bucket: Bucket,
                                                        mixed: object, num_workers: int) -> None:
-    bad = [bucket.uri(f"{n}.tar") for n in BAD_SHARDS] + [bucket.uri("missing.tar")]
-    loader = default_loader(bad, url=ais_endpoint, num_workers=num_workers,
-                                     on_error="skip")
+    # (not the truncated shard: its first sample is whole, and yielded)
+    bad = [bucket.uri(f"{n}.tar") for n in BAD_SHARDS if n != "truncated"]
+    loader = default_loader([*bad, bucket.uri("missing.tar")], url=ais_endpoint,
+                            num_workers=num_workers, on_error="skip")
     try:
-        with pytest.raises(aisio.EmptyEpochError, match=r"all 6 shard\(s\) were skipped"):
+        with pytest.raises(aisio.EmptyEpochError, match=r"all 5 shard\(s\) were skipped"):
             list(loader)
     finally:
         loader.shutdown()
@@ -131,7 +133,7 @@ def test_workers_report_to_the_training_process(ais_endpoint: str,
         got = [s["__key__"] for s in loader]
     finally:
         loader.shutdown()
-    assert Counter(got) == Counter(keys)
+    assert Counter(got) == Counter([*keys, "k0"])  # k0: the truncated shard's whole sample
     assert loader.report is not None
     assert len(loader.report) == len(BAD_SHARDS) + 1
 
@@ -148,3 +150,36 @@ def test_empty_bucket_and_missing_template_shards(ais_endpoint: str, ais_client:
     with pytest.raises(aisio.ObjectNotFoundError, match=r"shard-0002\.tar"):
         list(aisio.AISFileLoader(bucket.uri("shard-{0000..0003}.tar"), url=ais_endpoint
                                  ).ais_parse_webdataset())
+
+
+# 30 samples of two 700-byte files: 3,072 bytes each, sample 12 from byte 36,864.
+THIRTY = tar_bytes([(f"k{i:02d}.{ext}", b"x" * 700) for i in range(30) for ext in ("a", "b")])
+SAMPLE_12 = 12 * 3072
+
+
+@pytest.mark.parametrize("loader", ["pipe", *sorted(LOADERS)])
+@pytest.mark.parametrize("fault", ["header", "data"])
+def test_skip_yields_every_whole_sample_before_the_fault(
+        loader: str, fault: str, ais_endpoint: str, ais_client: Client, bucket: Bucket) -> None:
+    if fault == "header":  # sample 12's first header smashed: sample 11 might go on past it
+        raw = THIRTY[:SAMPLE_12] + b"\xff" * 20 + THIRTY[SAMPLE_12 + 20:]
+        expected, given_up = 11, "k11"
+    else:  # cut in sample 12's first file's data: that file names sample 12, so 11 is whole
+        raw = THIRTY[:SAMPLE_12 + 900]
+        expected, given_up = 12, None
+    ais_client.put_object(AISPath(bucket, "broken.tar"), raw)
+    shard = bucket.uri("broken.tar")
+    options = {"url": ais_endpoint, "on_error": "skip"}
+    if loader == "pipe":
+        pipe = aisio.webdataset_pipe(shard, **options)
+        got, report = [s["__key__"] for s in pipe], pipe.report
+    else:
+        made = LOADERS[loader](shard, tuple_fields=("__key__",), num_workers=1, **options)
+        try:
+            got, report = [key for (key,) in made], made.report
+        finally:
+            made.shutdown()
+    assert got == [f"k{i:02d}" for i in range(expected)]
+    [record] = report.records()
+    assert (record["samples"], record["given_up"]) == (expected, given_up)
+    assert record["offset"] == (SAMPLE_12 if fault == "header" else SAMPLE_12 + 900)

@@ -4,6 +4,7 @@ DataLoader, StatefulDataLoader, torchdata.nodes (torchdata >= 0.10), against the
 from __future__ import annotations
 
 import json
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,21 @@ def test_the_loaders_a_torchdata_generation_lacks_say_what_to_use() -> None:
     make = aisio.webdataset_loader if "dataloader2" in missing else aisio.webdataset_node_loader
     with pytest.raises(aisio.LoaderUnavailableError, match="torchdata"):
         make("ais://b/s-{0..1}.tar", url="http://127.0.0.1:9")
+
+
+def test_no_loader_warns_on_a_plain_run(make: Any, ais_endpoint: str,
+                                        shards: tuple[str, list[str]]) -> None:
+    """A user who did nothing to cause a warning sees none (StatefulDataLoader calls a torch
+    API that torch deprecates: aisio silences that one where it builds the loader)."""
+    template, keys = shards
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", message=".*(DataPipes|DataLoader2).*",
+                                module="torchdata")  # torchdata 0.9 on import: the point of aisio
+        loader = make(template, url=ais_endpoint, num_workers=1, seed=0, **OPTIONS)
+        try:
+            got = keys_of(loader)
+        finally:
+            loader.shutdown()
+    assert Counter(got) == Counter(keys)
+    assert [str(w.message) for w in caught] == []

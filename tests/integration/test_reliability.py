@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -142,3 +143,20 @@ def test_target_restart_mid_epoch_loses_and_repeats_nothing(tmp_path: Path,
         assert Counter(got) == Counter(keys)
     finally:
         playground.down(wipe=True, quiet=True)
+
+
+def test_a_stream_broken_past_the_retries_names_the_byte(ais_endpoint: str, ais_client: Client,
+                                                         bucket: Bucket) -> None:
+    ais_client.put_object(AISPath(bucket, "big"), os.urandom(100_000))
+    with fault_proxy(ais_endpoint, cut_after=10_000) as proxy:
+        config = aisio.AISConfig(endpoint=proxy.endpoint, max_retries=0)
+        reader = client_for(config).open(object_url(proxy.endpoint, AISPath(bucket, "big")),
+                                         name=bucket.uri("big"))
+        got = 0
+        with pytest.raises(aisio.AISConnectionError) as info:
+            while reader.read(65536):
+                got += 1
+        reader.close()
+    assert info.value.offset == 10_000  # the GET is cut there, with no retry left
+    assert "at byte 10000" in str(info.value)
+    assert info.value.url == bucket.uri("big")

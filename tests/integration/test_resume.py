@@ -118,7 +118,8 @@ def _cmd(kind: str, data: Data, out: Path, *, endpoint: str | None = None,
     cmd = [sys.executable, str(JOB), "--kind", kind, "--endpoint", endpoint or data.endpoint,
            "--template", data.template, "--out", str(out), "--batch-size", str(BATCH)]
     for name, value in options.items():
-        cmd += [f"--{name.replace('_', '-')}", str(value)]
+        flag = f"--{name.replace('_', '-')}"
+        cmd += [flag] if value is True else [flag, str(value)]
     return cmd
 
 
@@ -305,6 +306,33 @@ def test_resume_across_rank_counts(data: Data, tmp_path: Path, kind: str) -> Non
     _exactly_once(_checkpointed(two_ranks, ckpt_two) + _epoch(_keys(from_list), 0), data)
     _exactly_once(_checkpointed([one_rank], ckpt_one) + _epoch(_keys(resumed_two[0], 0), 0)
                   + _epoch(_keys(resumed_two[1], 1), 0), data)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", DIST)
+def test_keep_checkpoints_after_a_rank_has_finished(data: Data, tmp_path: Path,
+                                                    kind: str) -> None:
+    """2 uneven ranks (``keep``) call gather_state at every step; the short rank runs out and
+    leaves its loop (it calls nothing more, and waits at a barrier), the long one goes on
+    checkpointing. Before: the long rank's next gather_state was a collective the short one
+    never joined, and the job failed. A checkpoint taken after the short rank finished resumes
+    on one rank: every sample exactly once."""
+    ranks = [tmp_path / "r0", tmp_path / "r1"]
+    _run(_two_ranks(kind, data, ranks, workers=2, uneven="keep", every=1, ckpt_by_file=True,
+                    ckpt=tmp_path / "ckpt-{step}.json"))
+    steps = [_done(ranks[r], r)["batches"][0] for r in range(2)]
+    short, step = min(range(2), key=lambda r: steps[r]), min(steps) + 1
+    assert steps[0] != steps[1]  # the ranks really were uneven
+    ckpt = json.loads((tmp_path / f"ckpt-{step}.json").read_text())
+    counts = [json.loads((out / f"counts-rank{r}.json").read_text()) for r, out in
+              enumerate(ranks)]
+    assert str(step) not in counts[short] and str(step) in counts[1 - short]
+    ckpt["counts"] = [counts[r].get(str(step), len(_keys(ranks[r], r))) for r in range(2)]
+    before = _checkpointed(ranks, ckpt)
+    assert ckpt["state"]["delivered"] == len(before) < len(data.keys)
+    resumed = tmp_path / "resumed"
+    _run([_cmd(kind, data, resumed, workers=2, resume=tmp_path / f"ckpt-{step}.json")])
+    _exactly_once(before + _epoch(_keys(resumed), 0), data)
 
 
 # ------------------------------------------------------------------ 4. bytes read on resume

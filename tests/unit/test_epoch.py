@@ -434,7 +434,7 @@ def test_pack_keeps_positions_aligned_with_values(pos: list[Position], batch_siz
 @SETTINGS
 @given(positions)
 def test_pack_batch_keeps_positions_aligned_with_values(pos: list[Position]) -> None:
-    delivery = pack_batch([(p, p) for p in pos])
+    delivery = pack_batch([(p, p, None) for p in pos])
     assert delivery.positions == pos
     assert delivery.empty == (not pos) or delivery.value == pos
 
@@ -499,3 +499,31 @@ def test_a_resumed_tar_task_restarts_where_the_loop_stopped() -> None:
     progress = EpochProgress.from_state(state, shards)
     progress.record(s[POSITION] for s in rest)
     assert progress.state_dict()["done"] == [[0, 0]] and progress.partial == {}
+
+
+# -- content ids of shards in progress ---------------------------------------------------------
+
+
+def test_the_state_names_the_content_of_each_shard_in_progress() -> None:
+    shards = refs(3)
+    one, two = EpochProgress(shards, 1, 0), EpochProgress(shards, 1, 0)
+    one.record([(0, 0, 100, False)], {0: "v=1;xxh=a;size=9"})
+    two.record([(1, 0, 100, False), (2, 0, 50, True)], {1: "size=7", 2: "size=50"})
+    assert one.state_dict()["versions"] == {"0": "v=1;xxh=a;size=9"}
+    assert two.state_dict()["versions"] == {"1": "size=7"}  # shard 2 is finished
+    merged = json.loads(json.dumps(merge_states([one.state_dict(), two.state_dict()])))
+    assert merged["versions"] == {"0": "v=1;xxh=a;size=9", "1": "size=7"}
+    tasks = {t.index: t for t in EpochProgress.from_state(merged, shards).tasks(shards,
+                                                                                 shuffle=False)}
+    assert (tasks[0].version, tasks[1].version) == ("v=1;xxh=a;size=9", "size=7")
+
+
+def test_a_state_without_content_ids_loads_and_a_bad_one_is_refused() -> None:
+    shards = refs(2)
+    progress = EpochProgress(shards, 1, 0)
+    progress.record([(0, 0, 100, False)])
+    state = progress.state_dict()
+    assert "versions" not in state  # as states were before
+    assert EpochProgress.from_state(state, shards).tasks(shards, shuffle=False)[0].version is None
+    with pytest.raises(StateMismatchError, match="corrupt"):
+        check_state({**state, "versions": {"0": 7}}, shards)

@@ -1,0 +1,172 @@
+"""What each loader's state promises: map= resumes exactly once on every loader; post=,
+resampled=True and make_loader refuse to checkpoint instead of replaying; samples_per_epoch
+counts samples."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aisio
+from aisio.core.client import Client
+from aisio.core.urls import Bucket, bucket_url
+from tests.conftest import LOADERS, needs_dataloader2, write_shards
+
+
+def shout(item: tuple[str]) -> tuple[str]:
+    """A per-sample function (module level, so it pickles into workers); a batch would fail."""
+    (key,) = item
+    return (key.upper(),)
+
+
+def add_rows(pipe: Any) -> Any:
+    """A ``post=`` function: it receives the batched pipe."""
+    return pipe.map(len)
+
+
+@pytest.fixture
+def shards(ais_client: Client, bucket: Bucket, tmp_path: Path) -> tuple[str, list[str]]:
+    return write_shards(ais_client, bucket, tmp_path, shards=4, per_shard=49)  # 202 samples
+
+
+@pytest.mark.parametrize("name", sorted(LOADERS))
+def test_map_runs_per_sample_and_resumes_exactly_once(
+        name: str, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+    template, keys = shards
+    options = {"url": ais_endpoint, "tuple_fields": ("__key__",), "map": shout,
+               "batch_size": 4, "shuffle_buffer": 8, "num_workers": 2, "seed": 5}
+    loader = LOADERS[name](template, **options)
+    got: list[str] = []
+    try:
+        for step, (batch,) in enumerate(loader):
+            got.extend(batch)
+            if step == 19:  # 80 samples received
+                state = json.loads(json.dumps(loader.state_dict()))
+                break
+    finally:
+        loader.shutdown()
+    resumed = LOADERS[name](template, **{**options, "num_workers": 1})
+    resumed.load_state_dict(state)
+    try:
+        got.extend(key for (batch,) in resumed for key in batch)
+    finally:
+        resumed.shutdown()
+    assert Counter(got) == Counter(key.upper() for key in keys)
+
+
+@needs_dataloader2
+@pytest.mark.parametrize("how", ["post", "resampled", "make_loader"])
+def test_a_loader_without_positions_refuses_to_checkpoint(
+        how: str, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+    """Before: DataLoader2's own pickled state, accepted back silently; the "resumed" run
+    replayed the epoch (80 of 200 samples delivered twice)."""
+    template, _ = shards
+    options: dict[str, Any] = {"url": ais_endpoint, "num_workers": 2, "seed": 0,
+                               "shuffle_shards": False}
+    if how == "post":
+        loader = aisio.webdataset_loader(template, post=add_rows, batch_size=4, **options)
+    elif how == "resampled":
+        loader = aisio.webdataset_loader(template, resampled=True, samples_per_epoch=200,
+                                         **options)
+    else:
+        seed = options.pop("seed")
+        loader = aisio.make_loader(aisio.webdataset_pipe(template, url=options.pop("url"),
+                                                         shuffle_shards=False), seed=seed,
+                                   **{"num_workers": options["num_workers"]})
+    items = iter(loader)
+    try:
+        for _ in range(20):
+            next(items)
+        with pytest.raises(aisio.StateMismatchError, match="map="):
+            loader.state_dict()
+    finally:
+        loader.shutdown()
+    with pytest.raises(aisio.StateMismatchError, match="no resumable state"):
+        loader.load_state_dict({"anything": 1})
+
+
+@needs_dataloader2
+@pytest.mark.parametrize(("total", "workers"), [(10, 2), (11, 2), (7, 0), (5, 3)])
+def test_samples_per_epoch_counts_samples(total: int, workers: int, ais_endpoint: str,
+                                          shards: tuple[str, list[str]]) -> None:
+    loader = aisio.webdataset_loader(shards[0], url=ais_endpoint, resampled=True,
+                                     samples_per_epoch=total, batch_size=16,
+                                     tuple_fields=("__key__",), num_workers=workers, seed=1)
+    try:
+        epochs = [[len(keys) for (keys,) in loader] for _ in range(2)]
+    finally:
+        loader.shutdown()
+    assert [sum(sizes) for sizes in epochs] == [total, total]
+    assert all(len(sizes) == min(max(workers, 1), total) for sizes in epochs)  # a batch each
+
+
+@needs_dataloader2
+def test_an_unpicklable_map_is_named(ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+    with pytest.raises(aisio.ConfigError, match="<lambda>"):
+        aisio.webdataset_loader(shards[0], url=ais_endpoint, num_workers=2,
+                                map=lambda sample: sample)
+
+
+def test_map_must_be_a_function(ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+    with pytest.raises(aisio.ConfigError, match="map="):
+        aisio.webdataset_pipe(shards[0], url=ais_endpoint, map="upper")
+
+
+def _unversioned(client: Client, bucket: Bucket) -> None:
+    """Turns off versioning and checksums: then GET answers name no version at all."""
+    client.request("PATCH", bucket_url(client.endpoint, bucket), name=bucket.uri(),
+                   what="setting props", json={"action": "set-bprops", "value": {
+                       "versioning": {"enabled": False}, "checksum": {"type": "none"}}}).close()
+
+
+def _read_some(make: Any, template: str, **options: Any) -> tuple[list[str], dict[str, Any]]:
+    loader = make(template, tuple_fields=("__key__",), batch_size=4, num_workers=1, seed=2,
+                  **options)
+    got: list[str] = []
+    try:
+        for step, (batch,) in enumerate(loader):
+            got.extend(batch)
+            if step == 14:
+                return got, json.loads(json.dumps(loader.state_dict()))
+    finally:
+        loader.shutdown()
+    raise AssertionError("the epoch ended before the checkpoint")
+
+
+@pytest.mark.parametrize("name", sorted(LOADERS))
+@pytest.mark.parametrize("versioned", [True, False])
+def test_a_shard_overwritten_since_the_checkpoint_is_not_read_on(
+        name: str, versioned: bool, ais_endpoint: str, ais_client: Client, bucket: Bucket,
+        tmp_path: Path) -> None:
+    if not versioned:
+        _unversioned(ais_client, bucket)
+    template, _ = write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=40)
+    _, state = _read_some(LOADERS[name], template, url=ais_endpoint)
+    assert state["partial"] and set(state["versions"]) == set(state["partial"])
+    if not versioned:  # nothing names the version: only the size is known
+        assert all(v.startswith("size=") for v in state["versions"].values())
+    write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=45)  # new content, same names
+    resumed = LOADERS[name](template, url=ais_endpoint, tuple_fields=("__key__",), batch_size=4,
+                            num_workers=1, seed=2)
+    resumed.load_state_dict(state)
+    try:
+        with pytest.raises(aisio.ObjectChangedError, match="changed since the checkpoint"):
+            list(resumed)
+    finally:
+        resumed.shutdown()
+
+
+def test_a_state_without_versions_still_resumes(ais_endpoint: str, ais_client: Client,
+                                                bucket: Bucket, tmp_path: Path) -> None:
+    make = LOADERS["dataloader"]
+    template, keys = write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=40)
+    got, state = _read_some(make, template, url=ais_endpoint)
+    del state["versions"]  # as saved before states recorded them
+    resumed = make(template, url=ais_endpoint, tuple_fields=("__key__",), batch_size=4)
+    resumed.load_state_dict(state)
+    got.extend(key for (batch,) in resumed for key in batch)
+    assert Counter(got) == Counter(keys)
