@@ -32,6 +32,7 @@ from aisio.core.spec import PipelineSpec, check_options
 from aisio.core.stages import SKIPPED
 from aisio.datapipes.pipeline import shard_names
 from aisio.runtime.dist import drop_sync, rank_and_world, shared_seed
+from aisio.runtime.workers import EndsWithParent
 
 try:
     import torchdata.nodes as _nodes
@@ -163,7 +164,9 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
         pin = False
     samples = ShardSamples([], spec)
     node: Any = samples
-    stage = Positioned(spec.stage())  # decode and tuple, keeping each sample's position
+    stage: Any = Positioned(spec.stage())  # decode and tuple, keeping each sample's position
+    if num_workers and method == "process":
+        stage = EndsWithParent(stage)  # its processes end with this one
     node = (ParallelMapper(node, stage, num_workers=num_workers, method=method,
                            in_order=node_options.get("in_order", True),
                            multiprocessing_context=node_options.get("multiprocessing_context"))

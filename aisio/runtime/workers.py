@@ -30,33 +30,36 @@ PARENT_WATCH_SECONDS = 0.5
 _WORKER_ID: int | None = None
 
 
-def _parent_alive(parent: int) -> bool:
-    if os.getppid() == parent:
-        return True
-    try:  # started through a fork server: the training process is not our parent
-        os.kill(parent, 0)
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return os.getppid() != 1
+    return True
 
 
 def die_with_parent(parent: int, kernel: bool) -> None:
     """Ends this worker when the training process ``parent`` dies: at once by the kernel when
     ``kernel`` (the worker was started from the parent's main thread: ``PR_SET_PDEATHSIG``
     fires when the *thread* that started it ends), and within :data:`PARENT_WATCH_SECONDS`
-    by a watching thread in every case."""
+    by a watching thread in every case (a worker started through a fork server, whose parent
+    is that server, watches the training process by its pid)."""
     direct = os.getppid() == parent
     if kernel and direct and sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if not _parent_alive(parent):  # the parent died before the line above
+
+    def parent_alive() -> bool:
+        return os.getppid() == parent if direct else _alive(parent)
+
+    if not parent_alive():  # the parent died before the lines above
         os._exit(1)
 
     def watch() -> None:
-        while _parent_alive(parent):
+        while parent_alive():
             time.sleep(PARENT_WATCH_SECONDS)
         os._exit(1)
 
@@ -93,3 +96,23 @@ def worker_init_fn(user_fn: Callable[[int], Any] | None = None) -> Callable[[int
     return functools.partial(init_worker, parent=os.getpid(),
                              kernel=threading.current_thread() is threading.main_thread(),
                              user_fn=user_fn)
+
+
+_WATCHING: int | None = None  # the pid of the process whose parent watch runs
+
+
+class EndsWithParent:
+    """Wraps a function that runs in worker processes a loader starts itself (torchdata.nodes'
+    ``method="process"``): the first call in each process starts its watch on the training
+    process (:func:`die_with_parent`, by the watching thread). Picklable when ``fn`` is."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+        self.parent = os.getpid()
+
+    def __call__(self, item: Any) -> Any:
+        global _WATCHING
+        if os.getpid() not in (_WATCHING, self.parent):
+            _WATCHING = os.getpid()
+            die_with_parent(self.parent, kernel=False)
+        return self.fn(item)
