@@ -189,8 +189,10 @@ def test_dataloader_options_reach_the_dataloader(kind: str, ais_endpoint: str,
     """pin_memory, prefetch_factor, timeout, persistent_workers, multiprocessing_context pass
     through to torch's DataLoader; without an accelerator torch warns and goes on."""
     template, keys = shards
-    options = {"pin_memory": True, "prefetch_factor": 3, "timeout": 60,
-               "persistent_workers": True, "multiprocessing_context": "fork"}
+    options: dict[str, Any] = {"pin_memory": True, "prefetch_factor": 3, "timeout": 60,
+                               "persistent_workers": True, "multiprocessing_context": "fork"}
+    if kind == "dataloader":
+        options["in_order"] = False  # StatefulDataLoader has it from torchdata 0.10 on
     loader = LOADERS[kind](template, url=ais_endpoint, num_workers=2, seed=1, **options,
                            **OPTIONS)
     try:

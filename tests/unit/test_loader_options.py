@@ -80,3 +80,20 @@ def test_drop_last_turns_the_short_batch_into_positions_only() -> None:
     out = list(DropLast(IterableWrapper(pairs), 3))
     assert [p for _, p in out] == [p for _, p in pairs]  # every position travels
     assert [v for v, _ in out] == [0, 1, SKIPPED, 3, 4, 5, 6, SKIPPED]  # 7 alone: dropped
+
+
+def test_a_pinned_delivery_pins_its_value_and_is_the_delivery_again() -> None:
+    from aisio.core.epoch import Delivery
+    from aisio.loaders.torch import _pinnable
+
+    class Tensorish:
+        pinned = False
+
+        def pin_memory(self) -> Tensorish:
+            self.pinned = True
+            return self
+
+    delivery = Delivery([Tensorish(), Tensorish()], [(0, 0, 512, False), (0, 1, 1024, True)])
+    out = _pinnable(delivery).pin_memory()  # what torch's pin-memory step calls
+    assert out is delivery and all(value.pinned for value in out.value)
+    assert _pinnable("a Failure or anything else") == "a Failure or anything else"
