@@ -66,7 +66,7 @@ def test_more_workers_than_shards(make: Any, ais_endpoint: str, ais_client: Clie
         loader.shutdown()
 
 
-@pytest.mark.parametrize("workers", [(2, 1), (2, 3), (2, 2)])
+@pytest.mark.parametrize("workers", [(2, 1), (2, 3), (2, 2), (0, 2), (2, 0)])
 def test_resume_mid_epoch_on_other_worker_counts(make: Any, ais_endpoint: str,
                                                  shards: tuple[str, list[str]],
                                                  workers: tuple[int, int]) -> None:
