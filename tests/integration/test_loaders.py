@@ -158,6 +158,23 @@ def test_worker_processes_start_once_and_serve_every_epoch(
         assert len(epochs[0]) == 2 and os.getpid() not in epochs[0]
 
 
+@pytest.mark.parametrize("kind", sorted({"dataloader2", "dataloader"} & set(LOADERS)))
+def test_persistent_workers_false_starts_them_each_epoch(kind: str, ais_endpoint: str,
+                                                        shards: tuple[str, list[str]]) -> None:
+    template, keys = shards
+    loader = LOADERS[kind](template, url=ais_endpoint, num_workers=2, seed=2,
+                           persistent_workers=False, **PID_OPTIONS)
+    try:
+        epochs = []
+        for _ in range(2):
+            got = [(key, pid) for batch in loader for key, pid in batch]
+            assert Counter(key for key, _ in got) == Counter(keys)
+            epochs.append({pid for _, pid in got})
+    finally:
+        loader.shutdown()
+    assert not epochs[0] & epochs[1]
+
+
 def test_a_loop_left_mid_epoch_then_a_new_epoch_and_a_resume(
         make: Any, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
     """Workers that live across epochs: after a break, the next iter() is a whole epoch, and
