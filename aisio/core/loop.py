@@ -45,7 +45,9 @@ class ResumableLoader:
         shards: the loader's shard list.
         seed: the run's seed (the same on every rank).
         open_epoch: ``(epoch, resume_state or None) -> iterable of deliveries``.
-        close: releases the current epoch's resources (worker processes), if any.
+        close: stops the loader's worker processes, if any (:meth:`close`, :meth:`shutdown`);
+            workers otherwise live across epochs.
+        end_epoch: what ends with each epoch (e.g. workers that do not outlive it), if any.
         report: the skip report (``on_error="skip"``/``"warn"``).
         sync: with ``uneven="drop"`` across ranks: ``sync(have_item) -> all ranks have one``.
         resumable: False when the items carry no positions (then ``state_dict`` raises).
@@ -55,7 +57,7 @@ class ResumableLoader:
     def __init__(self, shards: Sequence[ObjectRef], *, seed: int, open_epoch: OpenEpoch,
                  close: Callable[[], None] | None = None, report: ErrorReport | None = None,
                  sync: Callable[[bool], bool] | None = None, resumable: bool = True,
-                 timings: Any = None) -> None:
+                 timings: Any = None, end_epoch: Callable[[], None] | None = None) -> None:
         self.shards = list(shards)
         self.seed = seed
         self.epoch = 0
@@ -65,10 +67,11 @@ class ResumableLoader:
         self.resumable = resumable
         self._open_epoch = open_epoch
         self._close = close
+        self._end_epoch = end_epoch
         self._sync = sync
         self._resume: dict[str, Any] | None = None
         self._progress: EpochProgress | None = None
-        #: the current epoch's underlying loader (a DataLoader2, DataLoader or nodes Loader)
+        #: the underlying loader (a DataLoader2, DataLoader or nodes Loader), kept across epochs
         self.current: Any = None
         #: called with ``(epoch, state)`` when this process has received all of its share of
         #: an epoch (its final state of that epoch); see :func:`aisio.gather_state`
@@ -115,7 +118,8 @@ class ResumableLoader:
                 yielded += 1
                 yield item
         finally:
-            self.close()
+            if self._end_epoch is not None:
+                self._end_epoch()
         if finished and self.on_finish is not None:
             self.on_finish(epoch, progress.state_dict())
         self.epoch = epoch + 1
@@ -162,7 +166,7 @@ class ResumableLoader:
         self._progress = None
 
     def close(self) -> None:
-        """Stops the current epoch's worker processes (a new epoch starts them again)."""
+        """Stops the loader's worker processes (the next epoch starts them again)."""
         if self._close is not None:
             self._close()
 

@@ -27,12 +27,12 @@ with warnings.catch_warnings():
     )
     from torchdata.dataloader2.reading_service import ReadingServiceInterface
 
-from aisio.core.epoch import epoch_seed
 from aisio.core.errors import ConfigError, StateMismatchError
 from aisio.core.fetch import check_epoch
 from aisio.core.loop import ResumableLoader
+from aisio.core.plan import EpochPlan
 from aisio.core.report import ErrorReport
-from aisio.core.spec import PipelineSpec
+from aisio.core.spec import PipelineSpec, check_options
 from aisio.datapipes.base import IterDataPipe
 from aisio.datapipes.mpfix import install as _install_round_robin_fix
 from aisio.datapipes.pipeline import (
@@ -43,7 +43,7 @@ from aisio.datapipes.pipeline import (
     shard_names,
     webdataset_pipe,
 )
-from aisio.loaders.dist import keep_exchange, shared_seed
+from aisio.runtime.dist import keep_exchange, rank_and_world, shared_seed
 
 
 class KeepUnevenReadingService(DistributedReadingService):
@@ -65,7 +65,8 @@ class KeepUnevenReadingService(DistributedReadingService):
 
 
 def reading_service(num_workers: int = 0, *, uneven: Uneven = "drop", worker_prefetch: int = 10,
-                    main_prefetch: int = 10) -> ReadingServiceInterface | None:
+                    main_prefetch: int = 10, multiprocessing_context: str | None = None
+                    ) -> ReadingServiceInterface | None:
     """Returns the reading service for ``num_workers`` processes, distributed when initialised.
 
     With ``torch.distributed`` initialised, shards are split across ranks (rank 0's seed is
@@ -81,6 +82,7 @@ def reading_service(num_workers: int = 0, *, uneven: Uneven = "drop", worker_pre
     if uneven not in ("drop", "keep"):
         raise ValueError(f"uneven={uneven!r} must be 'drop' or 'keep'")
     mp = MultiProcessingReadingService(num_workers=num_workers,
+                                       multiprocessing_context=multiprocessing_context,
                                        worker_prefetch_cnt=worker_prefetch,
                                        main_prefetch_cnt=main_prefetch) if num_workers else None
     if dist.is_available() and dist.is_initialized():
@@ -155,6 +157,30 @@ def make_loader(pipe: IterDataPipe, *, num_workers: int = 0, seed: int | None = 
                                              main_prefetch=main_prefetch), seed)
 
 
+#: DataLoader options DataLoader2 cannot honour, and what to do instead.
+_REFUSED = {
+    "pin_memory": "DataLoader2 does not pin memory; use aisio.webdataset_dataloader(..., "
+                  "pin_memory=True) (torch's DataLoader), or pin each batch in the loop",
+    "pin_memory_device": "DataLoader2 does not pin memory; use aisio.webdataset_dataloader",
+    "timeout": "DataLoader2 has no per-batch timeout; reads are bounded by "
+               "AISConfig(read_timeout=...) and a dead worker raises WorkerDiedError",
+}
+
+
+def _loader_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Takes DataLoader's options out of ``options``; returns them, refusing what DataLoader2
+    cannot do (``in_order=False``: its round robin is always in order)."""
+    check_options(options, where="webdataset_loader", refused=_REFUSED,
+                  known=("resampled", "prefetch_factor", "persistent_workers",
+                         "multiprocessing_context", "in_order"))
+    names = ("prefetch_factor", "persistent_workers", "multiprocessing_context", "in_order")
+    taken: dict[str, Any] = {name: options.pop(name) for name in names if name in options}
+    if taken.get("in_order", True) is not True:
+        raise ConfigError("webdataset_loader() cannot honour in_order=False: DataLoader2 takes "
+                          "items from its workers in turn; use aisio.webdataset_dataloader")
+    return taken
+
+
 def webdataset_loader(
     shards: Any,
     *,
@@ -169,8 +195,10 @@ def webdataset_loader(
     entry point, resumable mid-epoch (``state_dict()`` / ``load_state_dict()``).
 
     The pipe is :func:`~aisio.datapipes.pipeline.epoch_pipe` (shard tasks -> sharding_filter
-    -> AISFileLoader -> WebDatasetParser -> shuffle -> decode -> tuples and batches); each
-    epoch runs on a fresh DataLoader2 with the reading service of :func:`reading_service`.
+    -> AISFileLoader -> WebDatasetParser -> shuffle -> decode -> tuples and batches) on one
+    DataLoader2 with the reading service of :func:`reading_service`. Its worker processes start
+    with the first epoch and live until :meth:`~aisio.ResumableLoader.shutdown`: each epoch,
+    and each resumed state, reaches them through an :class:`~aisio.core.plan.EpochPlan`.
 
     Args:
         shards: as for :func:`webdataset_pipe`.
@@ -189,28 +217,50 @@ def webdataset_loader(
             ``post`` or ``resampled=True`` the loader is a plain :class:`EpochLoader`, whose
             ``state_dict()`` raises :class:`~aisio.StateMismatchError` (it cannot say what
             the training loop received).
-        **pipe_options: passed to :func:`webdataset_pipe` (url, etl, decode, batch_size, ...).
+        **pipe_options: passed to :func:`webdataset_pipe` (url, etl, decode, batch_size, ...);
+            and of DataLoader's options, the ones DataLoader2 has: ``prefetch_factor`` (items
+            each worker keeps ready, default 10), ``persistent_workers`` (default True; False
+            starts the workers again each epoch), ``multiprocessing_context``, ``in_order``
+            (True only) and ``drop_last`` (see :func:`webdataset_pipe`). ``pin_memory`` and
+            ``timeout`` are refused with what to use instead.
+
+    Raises:
+        ConfigError: an option it does not take, named with the one to use.
 
     Example:
         >>> loader = webdataset_loader("ais://b/train-{000..099}.tar", decode="torchrgb",
         ...     tuple_fields=("png", "cls"), batch_size=64, num_workers=2)   # doctest: +SKIP
     """
+    loader_options = _loader_options(pipe_options)
     if post is not None or pipe_options.get("resampled") or samples_per_epoch is not None:
+        if loader_options:
+            raise ConfigError(
+                f"webdataset_loader() with post= or resampled=True takes none of "
+                f"{sorted(loader_options)}: build the pipe with aisio.webdataset_pipe and pass "
+                "it to aisio.make_loader")
         return _plain_loader(shards, num_workers=num_workers, seed=seed, uneven=uneven,
                              samples_per_epoch=samples_per_epoch, post=post, **pipe_options)
     spec = PipelineSpec.build(**pipe_options)
     refs = shard_names(shards, spec.config)
     run_seed = shared_seed(seed)
-    pipe, tasks = epoch_pipe(refs, spec, seed=run_seed)
+    # DataLoader2 copies the pipe even in one process: the plan is a file that every copy reads.
+    plan = EpochPlan.temporary()
+    pipe = epoch_pipe(refs, spec, seed=run_seed, plan=plan, rank=rank_and_world()[0])
+    persistent = loader_options.get("persistent_workers", True)
     current: list[DataLoader2] = []
     _install_round_robin_fix()
 
     def open_epoch(epoch: int, resume: dict[str, Any] | None) -> DataLoader2:
-        tasks.epoch, tasks.resume = epoch, resume
-        loader = DataLoader2(pipe, reading_service=reading_service(num_workers, uneven=uneven))
-        loader.seed(epoch_seed(run_seed, epoch))  # the sample shuffle buffer
-        current[:] = [loader]
-        return loader
+        plan.publish(epoch, resume)  # before iter(): the workers read it when they start
+        if current and current[0]._terminated:  # shut down by an error in the last epoch
+            close()
+        if not current:
+            current.append(DataLoader2(pipe, reading_service=reading_service(
+                num_workers, uneven=uneven,
+                worker_prefetch=loader_options.get("prefetch_factor") or 10,
+                multiprocessing_context=loader_options.get("multiprocessing_context"))))
+        current[0]._reset_iter = True  # a new epoch, also after one left mid-way
+        return current[0]
 
     def close() -> None:
         while current:
@@ -219,8 +269,8 @@ def webdataset_loader(
     if num_workers:
         check_picklable(pipe, num_workers, "the pipeline")
     return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
-                                         close=close, report=spec.report,
-                                         timings=spec.times), uneven)
+                                         close=close, end_epoch=None if persistent else close,
+                                         report=spec.report, timings=spec.times), uneven)
 
 
 def _plain_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: Uneven,

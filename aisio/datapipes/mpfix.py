@@ -28,7 +28,6 @@ It also makes worker faults visible instead of silent:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import os
 import pickle
@@ -48,12 +47,12 @@ with warnings.catch_warnings():
     from torchdata.dataloader2.communication.protocol import IterDataPipeQueueProtocolServer
 
 from aisio.core.errors import WorkerDiedError, WorkerTraceback
+from aisio.runtime.workers import die_with_parent, set_worker_id
 
 _POLL_SECONDS = 0.0001
 _LIVENESS_SECONDS = 0.05  # how often a wait on a worker checks that it is still alive
 #: Seconds ``shutdown()`` waits for workers to stop by themselves before terminating them.
 SHUTDOWN_GRACE = 1.0
-_PARENT_WATCH_SECONDS = 0.5
 
 
 _RemoteTraceback = WorkerTraceback  # the traceback of an exception raised in a worker
@@ -156,24 +155,6 @@ def _round_robin(self: Any) -> Iterator[Any]:
 
 
 # ---- worker side ---------------------------------------------------------------------------
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(parent: int, kernel: bool) -> None:
-    """Ends this worker when its parent dies: by the kernel when it can, else by a thread."""
-    if kernel and sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before the line above
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(_PARENT_WATCH_SECONDS)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="aisio-parent-watch", daemon=True).start()
 
 
 def _send_original(self: Any, exception: Any) -> None:
@@ -191,7 +172,8 @@ _SEND_EXCEPTION = IterDataPipeQueueProtocolServer.response_worker_exception
 def _worker_init(datapipe: Any, worker_info: Any, *, parent: int, kernel: bool,
                  user_fn: Callable[[Any, Any], Any] | None) -> Any:
     """Runs first in every worker process (DataLoader2's ``worker_init_fn``)."""
-    _die_with_parent(parent, kernel)
+    die_with_parent(parent, kernel)
+    set_worker_id(worker_info.worker_id)
     IterDataPipeQueueProtocolServer.response_worker_exception = _send_original
     return user_fn(datapipe, worker_info) if user_fn is not None else datapipe
 

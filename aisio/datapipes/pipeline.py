@@ -28,18 +28,22 @@ from aisio.core.epoch import (
     Delivery,
     Positioned,
     ShardTask,
+    epoch_seed,
     epoch_tasks,
     pack,
     ship_errors,
+    shuffle_buffer,
 )
+from aisio.core.plan import EpochPlan
 from aisio.core.report import ErrorReport
 from aisio.core.sources import ObjectRef, objects, resolve, resolve_one, shard_list
-from aisio.core.spec import PipelineSpec
-from aisio.core.stages import is_kept
+from aisio.core.spec import PipelineSpec, check_options
+from aisio.core.stages import SKIPPED, is_kept
 from aisio.core.threads import thread_map
 from aisio.core.urls import ETL
 from aisio.datapipes.base import IterableWrapper, IterDataPipe
 from aisio.datapipes.pipes import AISFileLoader, OnError, WebDatasetParser
+from aisio.runtime.workers import worker_id
 
 Uneven = Literal["drop", "keep"]
 
@@ -148,6 +152,7 @@ def webdataset_pipe(
     tuple_fields: str | Sequence[str] | None = None,
     batch_size: int | None = None,
     collate: bool = True,
+    drop_last: bool = False,
     on_error: OnError = "raise",
     report: ErrorReport | None = None,
     resampled: bool = False,
@@ -155,6 +160,7 @@ def webdataset_pipe(
     cache: ShardCache | None = None,
     timings: bool = False,
     map: Callable[[Any], Any] | None = None,
+    **unknown: Any,
 ) -> IterDataPipe:
     """Returns the DataPipe from shard names to samples, tuples or batches (see module doc).
 
@@ -176,6 +182,8 @@ def webdataset_pipe(
             ``"png;jpg cls"`` (webdataset's spelling).
         batch_size: batch in the worker (before samples cross to the main process).
         collate: collate batches into tensors with torch's default collate.
+        drop_last: drop each reader's last batch when it has fewer than ``batch_size``
+            samples (per worker and per rank, as a DataLoader's batches are made in them).
         on_error: what to do with a bad or missing shard, and with a bad sample (a field that
             does not decode, or lacks a field of ``tuple_fields``): ``raise``, or
             ``warn``/``skip`` to go on with the next shard or sample, recorded in ``report``
@@ -192,12 +200,17 @@ def webdataset_pipe(
             ``tuple_fields``) before batching, in the workers: webdataset's ``.map`` /
             ``.map_tuple``. The one-call loaders stay resumable with it (each result keeps its
             sample's position). With workers it must pickle: ``def`` at module level.
+
+    Raises:
+        ConfigError: an option it does not take (webdataset's spellings name aisio's).
     """
+    check_options(unknown, where="webdataset_pipe", known=("resampled",))
     spec = PipelineSpec.build(
         endpoint=endpoint, url=url, config=config, etl=etl, shuffle_shards=shuffle_shards,
         shuffle_buffer=shuffle_buffer, decode=decode, decode_threads=decode_threads,
-        tuple_fields=tuple_fields, batch_size=batch_size, collate=collate, on_error=on_error,
-        report=report, concurrency=concurrency, cache=cache, timings=timings, map=map)
+        tuple_fields=tuple_fields, batch_size=batch_size, collate=collate,
+        drop_last=drop_last, on_error=on_error, report=report, concurrency=concurrency,
+        cache=cache, timings=timings, map=map)
     names = shard_names(shards, spec.config)
     pipe: IterDataPipe
     if resampled:
@@ -214,16 +227,17 @@ def webdataset_pipe(
             pipe.map(stage))
         if spec.on_error != "raise":
             pipe = pipe.filter(is_kept)
-    pipe = batch_pipe(pipe, spec.batch_size, collate=spec.collate)
+    pipe = batch_pipe(pipe, spec.batch_size, collate=spec.collate, drop_last=spec.drop_last)
     pipe.report = spec.report  # type: ignore[attr-defined]
     pipe.timings = spec.times  # type: ignore[attr-defined]
     return pipe
 
 
-def batch_pipe(pipe: IterDataPipe, batch_size: int | None, *, collate: bool) -> IterDataPipe:
+def batch_pipe(pipe: IterDataPipe, batch_size: int | None, *, collate: bool,
+               drop_last: bool = False) -> IterDataPipe:
     """Returns ``pipe`` batched (and collated) as :func:`webdataset_pipe` does."""
     if batch_size:
-        pipe = pipe.batch(batch_size)
+        pipe = pipe.batch(batch_size, drop_last=drop_last)
         if collate:
             pipe = pipe.collate()
     return pipe
@@ -262,14 +276,16 @@ class SampleQuota(IterDataPipe):
                 return
 
 
-def samples_pipe(source: IterDataPipe, spec: PipelineSpec) -> IterDataPipe:
+def samples_pipe(source: IterDataPipe, spec: PipelineSpec, *, shuffle: bool = True
+                 ) -> IterDataPipe:
     """Returns ``source`` (shard names or tasks, already split) -> load -> parse -> shuffle
-    samples: the middle of every aisio pipeline (decoding and tuples follow, per sample)."""
+    samples (unless ``shuffle=False``): the middle of every aisio pipeline (decoding and tuples
+    follow, per sample)."""
     pipe: IterDataPipe = AISFileLoader(source, config=spec.config, etl=spec.etl,
                                        concurrency=spec.concurrency, on_error=spec.on_error,
                                        report=spec.report, cache=spec.cache)
     pipe = WebDatasetParser(pipe, on_error=spec.on_error, report=spec.report)
-    if spec.shuffle_buffer:
+    if spec.shuffle_buffer and shuffle:
         pipe = pipe.shuffle(buffer_size=spec.shuffle_buffer)
     return pipe
 
@@ -277,24 +293,68 @@ def samples_pipe(source: IterDataPipe, spec: PipelineSpec) -> IterDataPipe:
 class ShardTasks(IterDataPipe):
     """Yields an epoch's :class:`~aisio.core.epoch.ShardTask` s, the same list in every process
     (so that ``sharding_filter`` hands each to exactly one reader): every shard in the order of
-    ``(seed, epoch)``, or, when ``resume`` is a saved state of this epoch, what it left.
+    ``(seed, epoch)``, or, when the epoch resumes a saved state, what that state left.
 
-    The loader sets :attr:`epoch` and :attr:`resume` before each epoch.
+    The epoch and the state come from ``plan``, read when the epoch starts (in the worker
+    process that reads it, which lives across epochs); the loader publishes them before each
+    ``iter()``.
     """
 
-    def __init__(self, shards: Sequence[ObjectRef], *, seed: int, shuffle: bool) -> None:
+    def __init__(self, shards: Sequence[ObjectRef], *, seed: int, shuffle: bool,
+                 plan: EpochPlan | None = None) -> None:
         self.shards = list(shards)
         self.seed = seed
         self.shuffled = shuffle
-        self.epoch = 0
-        self.resume: dict[str, Any] | None = None
+        self.plan = plan if plan is not None else EpochPlan()
 
     def __iter__(self) -> Iterator[ShardTask]:
-        yield from epoch_tasks(self.shards, self.seed, self.epoch, shuffle=self.shuffled,
-                               resume=self.resume)
+        epoch, resume = self.plan.read()
+        yield from epoch_tasks(self.shards, self.seed, epoch, shuffle=self.shuffled,
+                               resume=resume)
 
     def __len__(self) -> int:
         return len(self.shards)
+
+
+class EpochShuffle(IterDataPipe):
+    """Yields ``source`` shuffled through a buffer of ``size`` samples, seeded from ``(seed,
+    epoch, rank, worker)``: every epoch reshuffled, every reader its own shuffle, the same in a
+    rerun with the same seed, whichever loader runs it and however long its workers live."""
+
+    def __init__(self, source: IterDataPipe, size: int, *, plan: EpochPlan, seed: int,
+                 rank: int) -> None:
+        self.source = source
+        self.size = size
+        self.plan = plan
+        self.seed = seed
+        self.rank = rank
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch, _ = self.plan.read()
+        rng = random.Random(f"{epoch_seed(self.seed, epoch)}:{self.rank}:{worker_id()}")
+        return shuffle_buffer(self.source, self.size, rng)
+
+
+class DropLast(IterDataPipe):
+    """Passes ``(value, position)`` pairs on, except that the samples of this reader's last,
+    incomplete batch (fewer than ``batch_size`` kept samples) become skipped ones: their
+    positions still travel to the training loop, so the epoch's record stays complete."""
+
+    def __init__(self, source: IterDataPipe, batch_size: int) -> None:
+        self.source = source
+        self.batch_size = batch_size
+
+    def __iter__(self) -> Iterator[Any]:
+        held: list[Any] = []
+        kept = 0
+        for value, position in self.source:
+            held.append((value, position))
+            if value is not SKIPPED:
+                kept += 1
+                if kept == self.batch_size:
+                    yield from held
+                    held, kept = [], 0
+        yield from ((SKIPPED, position) for _, position in held)
 
 
 class Pack(IterDataPipe):
@@ -312,15 +372,21 @@ class Pack(IterDataPipe):
             collate=default_collate if spec.batch_size and spec.collate else None))
 
 
-def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int
-               ) -> tuple[IterDataPipe, ShardTasks]:
-    """Returns the resumable pipeline and its source: :class:`ShardTasks` -> sharding_filter
-    -> load -> parse -> shuffle samples -> decode -> :class:`Pack`. Its items are deliveries
-    that a loader unpacks in the training process (see :mod:`aisio.core.loop`); the loader
-    sets the source's epoch and resume state before each epoch."""
-    tasks = ShardTasks(shards, seed=seed, shuffle=spec.shuffle_shards)
+def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int,
+               plan: EpochPlan | None = None, rank: int = 0) -> IterDataPipe:
+    """Returns the resumable pipeline: :class:`ShardTasks` -> sharding_filter -> load -> parse
+    -> shuffle samples (:class:`EpochShuffle`) -> decode -> :class:`Pack`. Its items are
+    deliveries that a loader unpacks in the training process (see :mod:`aisio.core.loop`); the
+    loader publishes each epoch (and the state it resumes) in ``plan`` before its ``iter()``.
+    ``rank`` (this process's) makes each rank's sample shuffle its own."""
+    plan = plan if plan is not None else EpochPlan()
+    tasks = ShardTasks(shards, seed=seed, shuffle=spec.shuffle_shards, plan=plan)
     stage = Positioned(spec.stage())
-    samples = samples_pipe(tasks.sharding_filter(), spec)
+    samples = samples_pipe(tasks.sharding_filter(), spec, shuffle=False)
+    if spec.shuffle_buffer:
+        samples = EpochShuffle(samples, spec.shuffle_buffer, plan=plan, seed=seed, rank=rank)
     samples = ThreadMapper(samples, stage, spec.decode_threads) if spec.decode_threads else (
         samples.map(stage))
-    return Pack(samples, spec), tasks
+    if spec.drop_last and spec.batch_size:
+        samples = DropLast(samples, spec.batch_size)
+    return Pack(samples, spec)

@@ -3,12 +3,12 @@
 
 - :mod:`~aisio.loaders.torch`: :func:`webdataset_dataloader`, :func:`webdataset_stateful_loader`.
 - :mod:`~aisio.loaders.nodes`: :class:`ShardSamples` (a node) and :func:`webdataset_node_loader`.
-- :mod:`~aisio.loaders.dist`: rank, shared seed, ``uneven="drop"``, :func:`gather_state`.
+- :func:`gather_state` (from :mod:`aisio.runtime.dist`, which DataLoader2 shares).
 """
 
-from aisio.loaders.dist import gather_state
 from aisio.loaders.nodes import ShardSamples, webdataset_node_loader
 from aisio.loaders.torch import webdataset_dataloader, webdataset_stateful_loader
+from aisio.runtime.dist import gather_state
 
 __all__ = [
     "ShardSamples",

@@ -10,9 +10,12 @@ yields samples, shuffled through a buffer if asked. It composes with nodes' ``Pa
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any
+
+import torch
 
 from aisio.core.epoch import (
     Failure,
@@ -27,13 +30,15 @@ from aisio.core.epoch import (
 from aisio.core.errors import AISIOError, LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
 from aisio.core.parse import parse_streams
-from aisio.core.spec import PipelineSpec
+from aisio.core.spec import PipelineSpec, check_options
+from aisio.core.stages import SKIPPED
 from aisio.datapipes.pipeline import shard_names
-from aisio.loaders.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
+from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
+from aisio.runtime.workers import EndsWithParent
 
 try:
     import torchdata.nodes as _nodes
-    from torchdata.nodes import Batcher, Loader, Mapper, ParallelMapper, Prefetcher
+    from torchdata.nodes import Batcher, Loader, Mapper, ParallelMapper, PinMemory, Prefetcher
 except ImportError:  # torchdata < 0.10: the node loader says so when asked for
     _nodes = None
 
@@ -105,17 +110,36 @@ class _Staged:
             return Failure.of(exc)
 
 
-def _deliver(collate: Any, batch: Any) -> Any:
+def _deliver(collate: Any, drop_last: int, pin: bool, batch: Any) -> Any:
     """Packs a batch (or one) of ``(value, position, version)`` into a delivery; a batch that
-    holds a :class:`Failure` is that failure (the epoch ends with its error)."""
+    holds a :class:`Failure` is that failure (the epoch ends with its error). With
+    ``drop_last`` (the batch size), a shorter batch (the rank's last) delivers only its
+    positions; with ``pin``, the delivery goes through nodes' ``PinMemory``."""
     items = batch if isinstance(batch, list) else [batch]
     failure = next((item for item in items if isinstance(item, Failure)), None)
     if failure is not None:
         return failure
+    if drop_last and len(items) < drop_last:
+        items = [(SKIPPED, *rest) for _, *rest in items]
     delivery = pack_batch(items, collate=collate)
     if not isinstance(batch, list) and not delivery.empty:
         delivery.value = delivery.value[0]  # no batch_size: the item itself, as elsewhere
+    if pin:
+        from aisio.loaders.torch import _Pinned
+
+        return _Pinned(delivery)
     return delivery
+
+
+#: DataLoader's options that nodes' loader takes (``drop_last`` is the pipeline's).
+PASSED = ("in_order", "multiprocessing_context", "pin_memory", "pin_memory_device",
+          "prefetch_factor")
+_REFUSED = {
+    "persistent_workers": "torchdata.nodes' ParallelMapper starts its workers at each epoch's "
+                          "reset (threads by default: nothing to keep); drop the option",
+    "timeout": "torchdata.nodes has no per-batch timeout; reads are bounded by "
+               "AISConfig(read_timeout=...)",
+}
 
 
 def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "thread",
@@ -125,19 +149,31 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
     shards) -> ``ParallelMapper`` (decode) -> ``Batcher`` -> ``Mapper`` (tuples, collate) ->
     ``Prefetcher`` -> ``Loader``, resumable mid-epoch on any number of workers and ranks.
 
+    The graph is built once; each epoch resets it with that epoch's shards (nodes'
+    ``ParallelMapper`` starts its threads, or processes, at each reset).
+
     Args:
         shards: as for :func:`aisio.webdataset_pipe`.
         num_workers: decode in this many threads or processes (``method``); 0: inline.
         method: ``"thread"`` or ``"process"`` (nodes' ``ParallelMapper``).
         seed, uneven: as for :func:`aisio.webdataset_dataloader`.
         prefetch_factor: batches kept ready.
-        **pipe_options: as for :func:`aisio.webdataset_pipe`.
+        **pipe_options: as for :func:`aisio.webdataset_pipe` (with ``drop_last``: the rank's
+            last, short batch), and DataLoader's ``in_order``, ``multiprocessing_context``
+            (for ``method="process"``), ``pin_memory`` and ``pin_memory_device`` (nodes'
+            ``PinMemory``; without an accelerator, a warning and nothing pinned, as torch's
+            DataLoader does).
+
+    Raises:
+        ConfigError: an option it does not take, named with the one to use.
     """
     if _Node is None:
         raise LoaderUnavailableError(
             "torchdata.nodes needs torchdata >= 0.10: install 'torchdata>=0.10', or use the same "
             "pipeline on DataLoader2 (aisio.webdataset_loader) or torch's DataLoader "
             "(aisio.webdataset_dataloader)")
+    check_options(pipe_options, where="webdataset_node_loader", known=PASSED, refused=_REFUSED)
+    node_options = {name: pipe_options.pop(name) for name in PASSED if name in pipe_options}
     spec = PipelineSpec.build(**pipe_options)
     refs = shard_names(shards, spec.config)
     run_seed = shared_seed(seed)
@@ -148,25 +184,39 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
         collate: Any = default_collate
     else:
         collate = None
+    pin = bool(node_options.get("pin_memory"))
+    if pin and not torch.accelerator.is_available():
+        warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then "
+                      "device pinned memory won't be used.", UserWarning, stacklevel=2)
+        pin = False
+    samples = ShardSamples([], spec)
+    node: Any = samples
+    stage: Any = _Staged(Positioned(spec.stage()))  # decode and tuple, keeping positions
+    if num_workers and method == "process":
+        stage = EndsWithParent(stage)  # its processes end with this one
+    node = (ParallelMapper(node, stage, num_workers=num_workers, method=method,
+                           in_order=node_options.get("in_order", True),
+                           multiprocessing_context=node_options.get("multiprocessing_context"))
+            if num_workers else Mapper(node, stage))
+    if spec.batch_size:
+        node = Batcher(node, spec.batch_size, drop_last=False)
+    node = Mapper(node, partial(_deliver, collate if spec.batch_size else None,
+                                (spec.batch_size or 0) if spec.drop_last else 0, pin))
+    node = Prefetcher(node, prefetch_factor or 2)
+    if pin:
+        node = PinMemory(node, node_options.get("pin_memory_device") or "")
+    loader = Loader(node)
 
     def open_epoch(epoch: int, resume: dict[str, Any] | None) -> Any:
-        tasks = epoch_tasks(refs, run_seed, epoch, shuffle=spec.shuffle_shards,
-                            resume=resume)[rank::world]
-        node: Any = ShardSamples(tasks, spec, seed=epoch_seed(run_seed, epoch) + rank)
-        stage = _Staged(Positioned(spec.stage()))  # decode and tuple, keeping positions
-        node = (ParallelMapper(node, stage, num_workers=num_workers, method=method)
-                if num_workers else Mapper(node, stage))
-        if spec.batch_size:
-            node = Batcher(node, spec.batch_size, drop_last=False)
-        node = Mapper(node, partial(_deliver, collate if spec.batch_size else None))
-        current[:] = [Prefetcher(node, prefetch_factor)]
-        return Loader(current[0])
+        # Read in this process: the next reset (the loader's iter()) starts from these.
+        samples.tasks = epoch_tasks(refs, run_seed, epoch, shuffle=spec.shuffle_shards,
+                                    resume=resume)[rank::world]
+        samples.seed = epoch_seed(run_seed, epoch) + rank
+        return loader
 
     def close() -> None:
-        while current:
-            _stop_threads(current.pop())
+        _stop_threads(loader)
 
-    current: list[Any] = []
     return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
                                          close=close, report=spec.report, timings=spec.times,
                                          sync=drop_sync(uneven)), uneven)

@@ -24,7 +24,7 @@ from aisio.core.order_reader import reader_rounds
 from aisio.core.spec import PipelineSpec
 from aisio.core.stages import SKIPPED
 from aisio.datapipes.pipeline import shard_names
-from aisio.loaders.dist import rank_and_world, shared_seed
+from aisio.runtime.dist import rank_and_world, shared_seed
 
 
 def _as_is(item: Any) -> Any:

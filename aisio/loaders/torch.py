@@ -1,29 +1,39 @@
 """aisio's pipeline on ``torch.utils.data.DataLoader`` and torchdata's ``StatefulDataLoader``.
 
 The pipeline is the DataPipes one (:func:`aisio.datapipes.pipeline.epoch_pipe`): torch's
-DataLoader applies its ``sharding_filter`` per worker and per rank itself, and seeds its
-shuffles. Each epoch gets a fresh DataLoader over the epoch's shard tasks; the wrapper
-(:class:`~aisio.core.loop.ResumableLoader`) unpacks what arrives and can resume mid-epoch on
-any number of workers and ranks.
+DataLoader applies its ``sharding_filter`` per worker and per rank itself. One DataLoader serves
+every epoch, its workers persistent (``persistent_workers=True``): each epoch, and each resumed
+state, reaches them through an :class:`~aisio.core.plan.EpochPlan` published before its
+``iter()``. The wrapper (:class:`~aisio.core.loop.ResumableLoader`) unpacks what arrives and can
+resume mid-epoch on any number of workers and ranks.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.utils.data.graph_settings
 from torch.utils.data import DataLoader
 
-from aisio.core.epoch import epoch_seed
-from aisio.core.errors import LoaderUnavailableError
+from aisio.core.epoch import Delivery
+from aisio.core.errors import ConfigError, LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
-from aisio.core.spec import PipelineSpec
+from aisio.core.plan import EpochPlan
+from aisio.core.spec import PipelineSpec, check_options
 from aisio.datapipes.pipeline import epoch_pipe, shard_names
-from aisio.loaders.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
+from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
+from aisio.runtime.workers import worker_init_fn
+
+#: DataLoader's options these loaders pass through (``drop_last`` is the pipeline's: batches
+#: are made in the workers).
+PASSED = ("in_order", "multiprocessing_context", "persistent_workers", "pin_memory",
+          "pin_memory_device", "prefetch_factor", "timeout", "worker_init_fn")
+#: Those that need worker processes.
+_WORKERS_ONLY = ("multiprocessing_context", "persistent_workers", "prefetch_factor")
 
 
 def _as_is(item: Any) -> Any:
@@ -31,17 +41,21 @@ def _as_is(item: Any) -> Any:
     return item
 
 
-def _seed_worker(worker_id: int) -> None:
-    """Gives each worker of each rank its own sample shuffle. DataLoader seeds the DataPipe
-    graph once, before it is copied to the workers, so all would shuffle alike; the worker's
-    own seed (the loader's per-epoch seed plus its id) and the rank make each distinct and
-    reproducible."""
-    info = torch.utils.data.get_worker_info()
-    assert info is not None
-    rank, _ = rank_and_world()
-    generator = torch.Generator()
-    generator.manual_seed((info.seed + 1_000_003 * rank) % (1 << 63))
-    torch.utils.data.graph_settings.apply_random_seed(info.dataset, generator)  # type: ignore[arg-type]
+class _Pinned:
+    """A delivery on its way through torch's pin-memory step: ``pin_memory()`` pins the
+    delivery's value and returns the delivery itself."""
+
+    __slots__ = ("delivery",)
+
+    def __init__(self, delivery: Delivery) -> None:
+        self.delivery = delivery
+
+    def pin_memory(self, device: Any = None) -> Delivery:
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        if not self.delivery.empty:
+            self.delivery.value = pin_memory(self.delivery.value, device)
+        return self.delivery
 
 
 @contextlib.contextmanager
@@ -54,37 +68,74 @@ def _quiet_set_vital() -> Iterator[None]:
         yield
 
 
-def _loader(loader_class: type, shards: Any, *, num_workers: int, seed: int | None,
-            uneven: str, prefetch_factor: int | None, **pipe_options: Any) -> ResumableLoader:
-    spec = PipelineSpec.build(**pipe_options)
+def _pinnable(item: Any) -> Any:
+    """The collate (in the workers) when memory is pinned: deliveries go through the pin."""
+    return _Pinned(item) if isinstance(item, Delivery) else item
+
+
+def _stop_workers(loader: Any) -> None:
+    """Stops a DataLoader's persistent workers now (torch's own bounded shutdown)."""
+    iterator = getattr(loader, "_iterator", None)
+    loader._iterator = None
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+
+
+def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
+            seed: int | None, uneven: str, **options: Any) -> ResumableLoader:
+    check_options(options, where=where, known=PASSED)
+    torch_options = {name: options.pop(name) for name in PASSED if name in options}
+    if "in_order" in torch_options and (
+            "in_order" not in inspect.signature(loader_class).parameters):
+        raise ConfigError(f"{where}() cannot honour in_order=: this {loader_class.__name__} "
+                          "has no such option (torchdata >= 0.10's has)")
+    if not num_workers and any(torch_options.get(name) for name in _WORKERS_ONLY):
+        raise ConfigError(f"{where}(): {', '.join(n for n in _WORKERS_ONLY if n in torch_options)}"
+                          " go(es) with worker processes: pass num_workers=N (N >= 1)")
+    spec = PipelineSpec.build(**options)
     refs = shard_names(shards, spec.config)
     run_seed = shared_seed(seed)
-    pipe, tasks = epoch_pipe(refs, spec, seed=run_seed)
-    sync = drop_sync(uneven)
+    plan = EpochPlan.temporary() if num_workers else EpochPlan()
+    pipe = epoch_pipe(refs, spec, seed=run_seed, plan=plan, rank=rank_and_world()[0])
+    # Deliveries are pinned where torch pins (with an accelerator); without one, torch warns.
+    pinned = bool(torch_options.get("pin_memory")) and torch.accelerator.is_available()
+    current: list[Any] = []
 
     def open_epoch(epoch: int, resume: dict[str, Any] | None) -> Any:
-        tasks.epoch, tasks.resume = epoch, resume
-        generator = torch.Generator()
-        generator.manual_seed(epoch_seed(run_seed, epoch))  # seeds the sample shuffle
-        options: dict[str, Any] = {}
-        if num_workers:
-            options = {"prefetch_factor": prefetch_factor or 2, "persistent_workers": False,
-                       "worker_init_fn": _seed_worker}
-        # Its worker processes end with its iterator: nothing to close.
-        with _quiet_set_vital():
-            return loader_class(pipe, batch_size=None, num_workers=num_workers,
-                                collate_fn=_as_is, generator=generator, **options)
+        plan.publish(epoch, resume)  # before iter(): the workers read it when they start
+        if not current:
+            kwargs = {name: value for name, value in torch_options.items()
+                      if value is not None or name not in _WORKERS_ONLY}
+            if num_workers:
+                kwargs.setdefault("persistent_workers", True)
+                kwargs.setdefault("prefetch_factor", 2)
+                # Built now, in the thread that iterates: workers end with the training process.
+                kwargs["worker_init_fn"] = worker_init_fn(kwargs.get("worker_init_fn"))
+            generator = torch.Generator()  # DataLoader's per-epoch seeds, not the global RNG
+            generator.manual_seed(run_seed)
+            with _quiet_set_vital():
+                current.append(loader_class(pipe, batch_size=None, num_workers=num_workers,
+                                            collate_fn=_pinnable if pinned else _as_is,
+                                            generator=generator, **kwargs))
+        return current[0]
 
-    return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
-                                         report=spec.report, timings=spec.times, sync=sync),
-                         uneven)
+    def close() -> None:
+        while current:
+            _stop_workers(current.pop())
+
+    return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch, close=close,
+                                         report=spec.report, timings=spec.times,
+                                         sync=drop_sync(uneven)), uneven)
 
 
 def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
-                          uneven: str = "drop", prefetch_factor: int | None = None,
-                          **pipe_options: Any) -> ResumableLoader:
+                          uneven: str = "drop", **options: Any) -> ResumableLoader:
     """Returns aisio's pipeline on ``torch.utils.data.DataLoader``: batches from AIStore
     shards, resumable mid-epoch (``state_dict()`` / ``load_state_dict()``).
+
+    Its worker processes start with the first epoch and live until
+    :meth:`~aisio.ResumableLoader.shutdown` (``persistent_workers=False``: each epoch).
 
     Args:
         shards: as for :func:`aisio.webdataset_pipe`.
@@ -92,26 +143,30 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
         seed: makes the shuffles reproducible (each epoch still reshuffles).
         uneven: with torch.distributed, ``"drop"`` (every rank stops when the first runs out,
             so DDP never hangs) or ``"keep"`` (every sample once; ranks may stop apart).
-        prefetch_factor: items each worker keeps ready (DataLoader's option; default 2).
-        **pipe_options: as for :func:`aisio.webdataset_pipe` (decode, tuple_fields,
-            batch_size, shuffle_buffer, on_error, ...).
+        **options: as for :func:`aisio.webdataset_pipe` (decode, tuple_fields, batch_size,
+            shuffle_buffer, on_error, drop_last, ...), and DataLoader's ``pin_memory``,
+            ``pin_memory_device``, ``persistent_workers`` (default True), ``prefetch_factor``
+            (default 2), ``multiprocessing_context``, ``timeout``, ``in_order`` and
+            ``worker_init_fn``, passed to it.
+
+    Raises:
+        ConfigError: an option it does not take, named with the one to use.
 
     Example:
         >>> loader = webdataset_dataloader("ais://b/train-{000..099}.tar", decode="torchrgb",
         ...     tuple_fields=("png", "cls"), batch_size=64, num_workers=2)   # doctest: +SKIP
     """
-    return _loader(DataLoader, shards, num_workers=num_workers, seed=seed, uneven=uneven,
-                   prefetch_factor=prefetch_factor, **pipe_options)
+    return _loader(DataLoader, "webdataset_dataloader", shards, num_workers=num_workers,
+                   seed=seed, uneven=uneven, **options)
 
 
 def webdataset_stateful_loader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
-                               uneven: str = "drop", prefetch_factor: int | None = None,
-                               **pipe_options: Any) -> ResumableLoader:
+                               uneven: str = "drop", **options: Any) -> ResumableLoader:
     """Returns aisio's pipeline on torchdata's ``StatefulDataLoader`` (torchdata >= 0.8).
 
-    Takes the options of :func:`webdataset_dataloader`. The resume state is aisio's (what the
-    training loop received, across ranks and any new topology), not StatefulDataLoader's
-    per-worker snapshot.
+    Takes the options of :func:`webdataset_dataloader` (``in_order`` with torchdata >= 0.10).
+    The resume state is aisio's (what the training loop received, across ranks and any new
+    topology), not StatefulDataLoader's per-worker snapshot.
     """
     try:
         from torchdata.stateful_dataloader import StatefulDataLoader
@@ -119,5 +174,6 @@ def webdataset_stateful_loader(shards: Any, *, num_workers: int = 0, seed: int |
         raise LoaderUnavailableError(
             "StatefulDataLoader needs torchdata >= 0.8: install torchdata, or use "
             "aisio.webdataset_dataloader (torch's DataLoader)") from exc
-    return _loader(StatefulDataLoader, shards, num_workers=num_workers, seed=seed, uneven=uneven,
-                   prefetch_factor=prefetch_factor, **pipe_options)
+    return _loader(StatefulDataLoader, "webdataset_stateful_loader", shards,
+                   num_workers=num_workers, seed=seed, uneven=uneven, **options)
+

@@ -21,6 +21,8 @@ of aisio's resumable loaders, as a real training loop would, checkpointing on th
 * ``--resume-ranks`` loads the checkpoint's list of per-rank states instead of the merged one.
 * ``--stop-after N`` ends the process abruptly (``os._exit``) after N batches of the first epoch:
   a crash at a known step (all ranks stop at the same step).
+* ``--ckpt-from-epoch E``: checkpoint (and ``--sleep``) only from the job's E-th epoch (0-based)
+  on: a crash in a later epoch, on workers that served the earlier ones.
 * ``--sleep`` slows each step down (to leave the test time to SIGKILL the job mid-epoch).
 * ``--epochs``: how many epochs to run (the first may be a resumed one).
 * At the end, ``DIR/done-rank<R>.json`` gets the batch count of every epoch.
@@ -78,6 +80,7 @@ def main() -> None:
     parser.add_argument("--ckpt", default=None)
     parser.add_argument("--every", type=int, default=0)
     parser.add_argument("--ckpt-until", type=int, default=10**9)
+    parser.add_argument("--ckpt-from-epoch", type=int, default=0)
     parser.add_argument("--stop-after", type=int, default=0)
     parser.add_argument("--sleep", type=float, default=0.0)
     parser.add_argument("--epochs", type=int, default=1)
@@ -122,7 +125,8 @@ def main() -> None:
                     if args.ckpt:
                         write_atomic(args.ckpt.format(step=step),
                                      {"state": state, "step": step, "epoch": epoch})
-                elif args.every and step % args.every == 0 and step <= args.ckpt_until:
+                elif (args.every and step % args.every == 0 and step <= args.ckpt_until
+                        and len(batches) >= args.ckpt_from_epoch):
                     own = loader.state_dict()
                     state = aisio.gather_state(loader)
                     counts: list[Any] = [written]
@@ -141,8 +145,8 @@ def main() -> None:
                     if args.world > 1:
                         dist.barrier()  # no rank dies inside another's collective
                     os._exit(3)  # a crash: no shutdown
-                if args.sleep and not batches:
-                    time.sleep(args.sleep)  # first epoch only
+                if args.sleep and len(batches) == args.ckpt_from_epoch:
+                    time.sleep(args.sleep)  # the epoch that checkpoints first only
             batches.append(step)
     loader.shutdown()
     if args.world > 1:

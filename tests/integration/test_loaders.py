@@ -4,6 +4,7 @@ DataLoader, StatefulDataLoader, torchdata.nodes (torchdata >= 0.10), against the
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -66,7 +67,7 @@ def test_more_workers_than_shards(make: Any, ais_endpoint: str, ais_client: Clie
         loader.shutdown()
 
 
-@pytest.mark.parametrize("workers", [(2, 1), (2, 3), (2, 2)])
+@pytest.mark.parametrize("workers", [(2, 1), (2, 3), (2, 2), (0, 2), (2, 0)])
 def test_resume_mid_epoch_on_other_worker_counts(make: Any, ais_endpoint: str,
                                                  shards: tuple[str, list[str]],
                                                  workers: tuple[int, int]) -> None:
@@ -146,3 +147,126 @@ def test_no_loader_warns_on_a_plain_run(make: Any, ais_endpoint: str,
             loader.shutdown()
     assert Counter(got) == Counter(keys)
     assert [str(w.message) for w in caught] == []
+
+
+def _pid(data: bytes) -> int:
+    """A field decoder that says which process decoded the sample."""
+    return os.getpid()
+
+
+PID_OPTIONS = {"tuple_fields": ("__key__", "bin"), "batch_size": 4, "collate": False,
+               "decode": aisio.Decoder(None, custom={"bin": _pid})}
+
+
+def test_worker_processes_start_once_and_serve_every_epoch(
+        make: Any, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+    template, keys = shards
+    loader = make(template, url=ais_endpoint, num_workers=2, seed=2, **PID_OPTIONS)
+    epochs, underlying = [], []
+    try:
+        for _ in range(3):
+            got = [(key, pid) for batch in loader for key, pid in batch]
+            assert Counter(key for key, _ in got) == Counter(keys)
+            epochs.append({pid for _, pid in got})
+            underlying.append(loader.current)  # one loader (one nodes graph) for all epochs
+    finally:
+        loader.shutdown()
+    assert epochs[0] == epochs[1] == epochs[2]
+    assert underlying[0] is underlying[1] is underlying[2]
+    if make is not LOADERS.get("nodes"):  # nodes decodes in threads of this process
+        assert len(epochs[0]) == 2 and os.getpid() not in epochs[0]
+
+
+@pytest.mark.parametrize("kind", sorted({"dataloader2", "dataloader"} & set(LOADERS)))
+def test_persistent_workers_false_starts_them_each_epoch(kind: str, ais_endpoint: str,
+                                                        shards: tuple[str, list[str]]) -> None:
+    template, keys = shards
+    loader = LOADERS[kind](template, url=ais_endpoint, num_workers=2, seed=2,
+                           persistent_workers=False, **PID_OPTIONS)
+    try:
+        epochs = []
+        for _ in range(2):
+            got = [(key, pid) for batch in loader for key, pid in batch]
+            assert Counter(key for key, _ in got) == Counter(keys)
+            epochs.append({pid for _, pid in got})
+    finally:
+        loader.shutdown()
+    assert not epochs[0] & epochs[1]
+
+
+def test_a_loop_left_mid_epoch_then_a_new_epoch_and_a_resume(
+        make: Any, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+    """Workers that live across epochs: after a break, the next iter() is a whole epoch, and
+    a state loaded into the same loader resumes on the same workers, each sample once."""
+    template, keys = shards
+    loader = make(template, url=ais_endpoint, num_workers=2, seed=8, **OPTIONS)
+    try:
+        before: list[str] = []
+        for step, (names, _) in enumerate(loader):
+            before += names
+            if step == 2:
+                state = json.loads(json.dumps(loader.state_dict()))
+                break
+        assert Counter(keys_of(loader)) == Counter(keys)
+        for step, _ in enumerate(loader):  # leave another epoch mid-way
+            if step == 1:
+                break
+        loader.load_state_dict(state)
+        after = keys_of(loader)
+        assert Counter(before + after) == Counter(keys)
+        assert Counter(keys_of(loader)) == Counter(keys)
+    finally:
+        loader.shutdown()
+
+
+@pytest.mark.parametrize("kind", ["dataloader", "stateful"])
+def test_dataloader_options_reach_the_dataloader(kind: str, ais_endpoint: str,
+                                                 shards: tuple[str, list[str]]) -> None:
+    """pin_memory, prefetch_factor, timeout, persistent_workers, multiprocessing_context pass
+    through to torch's DataLoader; without an accelerator torch warns and goes on."""
+    template, keys = shards
+    options: dict[str, Any] = {"pin_memory": True, "prefetch_factor": 3, "timeout": 60,
+                               "persistent_workers": True, "multiprocessing_context": "fork"}
+    if kind == "dataloader":
+        options["in_order"] = False  # StatefulDataLoader has it from torchdata 0.10 on
+    loader = LOADERS[kind](template, url=ais_endpoint, num_workers=2, seed=1, **options,
+                           **OPTIONS)
+    try:
+        with pytest.warns(UserWarning, match="pin_memory"):
+            assert Counter(keys_of(loader)) == Counter(keys)
+        dataloader = loader.current
+        assert {name: getattr(dataloader, name) for name in options} == {
+            **options, "multiprocessing_context": dataloader.multiprocessing_context}
+        assert dataloader.multiprocessing_context.get_start_method() == "fork"
+    finally:
+        loader.shutdown()
+
+
+def test_drop_last_drops_each_readers_short_batch_and_still_resumes_exactly(
+        make: Any, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+    template, keys = shards
+    loader = make(template, url=ais_endpoint, num_workers=2, seed=6, drop_last=True, **OPTIONS)
+    try:
+        batches = [names for names, _ in loader]
+        assert all(len(names) == OPTIONS["batch_size"] for names in batches)
+        got = [key for names in batches for key in names]
+        assert len(set(got)) == len(got) and set(got) <= set(keys)
+        assert len(keys) - len(got) < 2 * OPTIONS["batch_size"]  # one short batch per reader
+        before: list[str] = []
+        for step, (names, _) in enumerate(loader):
+            before += names
+            if step == 3:
+                state = json.loads(json.dumps(loader.state_dict()))
+                break
+    finally:
+        loader.shutdown()
+    resumed = make(template, url=ais_endpoint, num_workers=1, seed=6, drop_last=True,
+                   **OPTIONS)
+    resumed.load_state_dict(state)
+    try:
+        after = keys_of(resumed)
+    finally:
+        resumed.shutdown()
+    both = before + after
+    assert len(set(both)) == len(both)  # nothing twice, dropped positions recorded
+    assert len(keys) - len(both) < 3 * OPTIONS["batch_size"]

@@ -242,6 +242,42 @@ def test_sigkill_then_resume_reads_every_sample_once(data: Data, tmp_path: Path,
             assert next_epoch != before + rest
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ALL)
+def test_sigkill_in_a_later_epoch_of_live_workers_then_resume(data: Data, tmp_path: Path,
+                                                              kind: str) -> None:
+    """Workers live across epochs: a job's 2 workers read a whole epoch, then the job is
+    SIGKILLed in its second epoch after a checkpoint; a job resumed from it on 1 worker completes
+    that epoch, every sample once."""
+    ckpt_path, run1, run2 = tmp_path / "ckpt.json", tmp_path / "run1", tmp_path / "run2"
+    run1.mkdir()
+    with open(run1 / "stderr.txt", "w") as err:
+        proc = subprocess.Popen(_cmd(kind, data, run1, workers=2, epochs=2, every=3,
+                                     ckpt_from_epoch=1, sleep=0.03, ckpt=ckpt_path),
+                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        target = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            if target is None and ckpt_path.exists():
+                target = len(_keys(run1)) + 2 * BATCH
+            if target is not None and len(_keys(run1)) >= target:
+                break
+            time.sleep(0.01)
+        assert proc.poll() is None, (f"the job ended before it was killed (rc {proc.returncode})"
+                                     f": {(run1 / 'stderr.txt').read_text()[-2000:]}")
+    finally:
+        _kill_group(proc)
+    ckpt = json.loads(ckpt_path.read_text())
+    assert ckpt["epoch"] == 1
+    first = _keys(run1)
+    _exactly_once(_epoch(first, 0), data)
+    before = [k for e, k in first[: ckpt["counts"][0]] if e == 1]
+    assert 0 < len(before) == ckpt["state"]["delivered"] < len(data.keys)
+    _run([_cmd(kind, data, run2, workers=1, resume=ckpt_path)])
+    _exactly_once(before + _epoch(_keys(run2), 1), data)
+
+
 # -------------------------------------------------------------- 2. distributed: keep and drop
 
 

@@ -84,38 +84,57 @@ def test_a_killed_worker_raises_naming_worker_and_signal(ais_endpoint: str,
 
 
 TRAINING = """
-import sys, time
+import os, sys, time
 import aisio
-loader = aisio.webdataset_loader(sys.argv[1], url=sys.argv[2], num_workers=2, seed=0)
-for i, sample in enumerate(loader):
-    if i == 0:
-        pids = [p.pid for p, _, _ in loader.current.reading_service._worker_processes]
-        print(" ".join(map(str, pids)), flush=True)
-    time.sleep(0.05)  # a slow training step: the workers stay busy prefetching
+
+def pid(data):
+    return os.getpid()
+
+if __name__ == "__main__":
+    template, endpoint, kind = sys.argv[1:4]
+    make = {"dataloader2": aisio.webdataset_loader, "dataloader": aisio.webdataset_dataloader,
+            "stateful": aisio.webdataset_stateful_loader,
+            "nodes": aisio.webdataset_node_loader}[kind]
+    extra = {"method": "process"} if kind == "nodes" else {}
+    loader = make(template, url=endpoint, num_workers=2, seed=0, batch_size=2, collate=False,
+                  tuple_fields=("__key__", "bin"), decode=aisio.Decoder(None, custom={"bin": pid}),
+                  **extra)
+    seen = set()
+    for epoch in range(2):  # workers that served an epoch already: the second one
+        for batch in loader:
+            if epoch == 1 and len(seen) < 2:
+                seen |= {p for _, p in batch}
+                if len(seen) == 2:
+                    print(" ".join(map(str, sorted(seen))), flush=True)
+            if epoch == 1:
+                time.sleep(0.05)  # a slow training step: the workers wait, prefetched
 """
 
 
-@needs_dataloader2
-def test_workers_exit_when_the_training_process_is_killed(ais_endpoint: str, tmp_path: Path,
+@pytest.mark.parametrize("kind", sorted(LOADERS))
+def test_workers_exit_when_the_training_process_is_killed(kind: str, ais_endpoint: str,
+                                                          tmp_path: Path,
                                                           shards: tuple[str, list[str]]) -> None:
+    """Every loader with worker processes (nodes: ``method="process"``): SIGKILL the training
+    process in its second epoch, and its workers are gone within 2 s."""
     template, _ = shards
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(TRAINING))
-    proc = subprocess.Popen([sys.executable, str(script), template, ais_endpoint],
+    proc = subprocess.Popen([sys.executable, str(script), template, ais_endpoint, kind],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         pids = [int(p) for p in proc.stdout.readline().split()]
-        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        assert len(pids) == 2 and all(_alive(p) for p in pids) and proc.pid not in pids
         proc.kill()
         proc.wait()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 2
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.1)
+            time.sleep(0.05)
         left = [p for p in pids if _alive(p)]
         for pid in left:  # do not leave them behind for the next tests
             os.kill(pid, signal.SIGKILL)
-        assert not left, f"workers {left} outlived the training process"
+        assert not left, f"workers {left} outlived the training process by 2 s"
     finally:
         proc.kill()
         proc.wait()

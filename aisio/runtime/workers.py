@@ -1,0 +1,118 @@
+"""Worker processes, as every loader with workers runs them: they end with the training
+process, and a reader knows which worker it runs in.
+
+* :func:`die_with_parent` ends a worker when the training process dies (SIGKILL, a crash):
+  ``PR_SET_PDEATHSIG`` on Linux when the worker was started from the main thread, and a
+  thread that watches the parent in every case. DataLoader2 (``aisio.datapipes.mpfix``) and
+  torch's DataLoader / StatefulDataLoader (:func:`init_worker`) both run it first in each
+  worker.
+* :func:`worker_id` is this process's worker number (0 in the training process), whichever
+  loader started it: torch's ``get_worker_info()``, or what DataLoader2's worker set with
+  :func:`set_worker_id`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+#: How often the watching thread checks that the training process is still there (seconds).
+PARENT_WATCH_SECONDS = 0.5
+_WORKER_ID: int | None = None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def die_with_parent(parent: int, kernel: bool) -> None:
+    """Ends this worker when the training process ``parent`` dies: at once by the kernel when
+    ``kernel`` (the worker was started from the parent's main thread: ``PR_SET_PDEATHSIG``
+    fires when the *thread* that started it ends), and within :data:`PARENT_WATCH_SECONDS`
+    by a watching thread in every case (a worker started through a fork server, whose parent
+    is that server, watches the training process by its pid)."""
+    direct = os.getppid() == parent
+    if kernel and direct and sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    def parent_alive() -> bool:
+        return os.getppid() == parent if direct else _alive(parent)
+
+    if not parent_alive():  # the parent died before the lines above
+        os._exit(1)
+
+    def watch() -> None:
+        while parent_alive():
+            time.sleep(PARENT_WATCH_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="aisio-parent-watch", daemon=True).start()
+
+
+def set_worker_id(worker: int) -> None:
+    """Records this process's worker number (for loaders that do not tell torch)."""
+    global _WORKER_ID
+    _WORKER_ID = worker
+
+
+def worker_id() -> int:
+    """Returns this process's worker number: 0 in the training process."""
+    if _WORKER_ID is not None:
+        return _WORKER_ID
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    return info.id if info is not None else 0
+
+
+def init_worker(worker: int, *, parent: int, kernel: bool,
+                user_fn: Callable[[int], Any] | None = None) -> None:
+    """A DataLoader ``worker_init_fn``: the worker ends with the training process, then
+    ``user_fn`` (the trainer's own ``worker_init_fn``) runs."""
+    die_with_parent(parent, kernel)
+    if user_fn is not None:
+        user_fn(worker)
+
+
+def worker_init_fn(user_fn: Callable[[int], Any] | None = None) -> Callable[[int], None]:
+    """Returns the DataLoader ``worker_init_fn`` for workers started from this thread now."""
+    return functools.partial(init_worker, parent=os.getpid(),
+                             kernel=threading.current_thread() is threading.main_thread(),
+                             user_fn=user_fn)
+
+
+_WATCHING: int | None = None  # the pid of the process whose parent watch runs
+
+
+class EndsWithParent:
+    """Wraps a function that runs in worker processes a loader starts itself (torchdata.nodes'
+    ``method="process"``): the first call in each process starts its watch on the training
+    process (:func:`die_with_parent`, by the watching thread). Picklable when ``fn`` is."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+        self.parent = os.getpid()
+
+    def __call__(self, item: Any) -> Any:
+        global _WATCHING
+        if os.getpid() not in (_WATCHING, self.parent):
+            _WATCHING = os.getpid()
+            die_with_parent(self.parent, kernel=False)
+        return self.fn(item)

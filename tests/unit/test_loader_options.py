@@ -1,0 +1,99 @@
+"""Options that answer back: an option an entry point does not take is a ConfigError naming the
+one to use (webdataset's and the AIStore DataPipes' spellings get their aisio names), on every
+entry point; and drop_last keeps the positions of what it drops."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+import aisio
+from aisio.core.stages import SKIPPED
+from tests.conftest import HAS_DATALOADER2, LOADERS
+
+SHARDS = "ais://b/s-{0..1}.tar"
+ENDPOINT = "http://127.0.0.1:9"  # nothing is read: options are checked first
+ENTRY_POINTS = {"webdataset_pipe": aisio.webdataset_pipe,
+                **{f"{name} loader": make for name, make in LOADERS.items()}}
+
+
+def _warn_and_continue() -> None: ...
+
+
+_warn_and_continue.__name__ = "warn_and_continue"  # as webdataset names its handler
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+@pytest.mark.parametrize(("option", "value", "fix"), [
+    ("handler", _warn_and_continue, 'on_error="warn"'),
+    ("shardshuffle", True, "shuffle_shards=True"),
+    ("shuffle", 1000, "shuffle_buffer=1000"),
+    ("etl_name", "resize", "etl='resize'"),
+    ("batchsize", 8, "batch_size=8"),
+    ("shuffle_bufer", 10, "did you mean shuffle_buffer=?"),
+    ("tuple_field", "jpg cls", "did you mean tuple_fields=?"),
+])
+def test_an_option_no_loader_knows_names_the_one_to_use(entry: str, option: str, value: Any,
+                                                        fix: str) -> None:
+    with pytest.raises(aisio.ConfigError, match=re.escape(fix)) as info:
+        ENTRY_POINTS[entry](SHARDS, url=ENDPOINT, **{option: value})
+    assert isinstance(info.value, aisio.UsageError)
+    assert f"{option}=" in str(info.value)
+    assert "PipelineSpec" not in str(info.value)
+
+
+def test_the_pipe_sends_dataloader_options_to_the_loaders() -> None:
+    with pytest.raises(aisio.ConfigError, match="pass it to a loader"):
+        aisio.webdataset_pipe(SHARDS, url=ENDPOINT, pin_memory=True)
+
+
+@pytest.mark.skipif(not HAS_DATALOADER2, reason="DataLoader2 needs torchdata < 0.10")
+@pytest.mark.parametrize(("option", "value", "why"), [
+    ("pin_memory", True, "does not pin memory"),
+    ("timeout", 5, "no per-batch timeout"),
+    ("in_order", False, "in turn"),
+])
+def test_dataloader2_refuses_what_it_cannot_do(option: str, value: Any, why: str) -> None:
+    with pytest.raises(aisio.ConfigError, match=why):
+        aisio.webdataset_loader(SHARDS, url=ENDPOINT, num_workers=2, **{option: value})
+
+
+@pytest.mark.parametrize("kind", ["dataloader", "stateful"])
+def test_worker_options_without_workers_are_refused(kind: str) -> None:
+    with pytest.raises(aisio.ConfigError, match="num_workers"):
+        LOADERS[kind](SHARDS, url=ENDPOINT, prefetch_factor=4)
+
+
+def test_drop_last_needs_a_batch_size() -> None:
+    with pytest.raises(aisio.ConfigError, match="batch_size"):
+        aisio.webdataset_pipe(SHARDS, url=ENDPOINT, drop_last=True)
+
+
+def test_drop_last_turns_the_short_batch_into_positions_only() -> None:
+    from aisio.datapipes.base import IterableWrapper
+    from aisio.datapipes.pipeline import DropLast
+
+    pairs = [(i, ("p", i)) for i in range(8)]
+    pairs[2] = (SKIPPED, ("p", 2))
+    out = list(DropLast(IterableWrapper(pairs), 3))
+    assert [p for _, p in out] == [p for _, p in pairs]  # every position travels
+    assert [v for v, _ in out] == [0, 1, SKIPPED, 3, 4, 5, 6, SKIPPED]  # 7 alone: dropped
+
+
+def test_a_pinned_delivery_pins_its_value_and_is_the_delivery_again() -> None:
+    from aisio.core.epoch import Delivery
+    from aisio.loaders.torch import _pinnable
+
+    class Tensorish:
+        pinned = False
+
+        def pin_memory(self) -> Tensorish:
+            self.pinned = True
+            return self
+
+    delivery = Delivery([Tensorish(), Tensorish()], [(0, 0, 512, False), (0, 1, 1024, True)])
+    out = _pinnable(delivery).pin_memory()  # what torch's pin-memory step calls
+    assert out is delivery and all(value.pinned for value in out.value)
+    assert _pinnable("a Failure or anything else") == "a Failure or anything else"
