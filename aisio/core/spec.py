@@ -20,6 +20,13 @@ from aisio.core.stages import SampleStage
 from aisio.core.timing import StageTimes
 from aisio.core.urls import ETL, to_etl
 
+#: Samples each reading process (worker) holds in its shuffle buffer unless ``shuffle_buffer=``
+#: says otherwise: the loaders shuffle by default. The buffer holds undecoded samples, so it costs
+#: about this many times the mean sample's size per worker (1000 x 100 KiB JPEGs: ~100 MB each),
+#: and the first sample waits until it is full (or the worker's shards run out).
+#: ``shuffle_buffer=0`` reads samples in shard order.
+DEFAULT_SHUFFLE_BUFFER = 1000
+
 
 @dataclass(frozen=True)
 class PipelineSpec:
@@ -32,7 +39,7 @@ class PipelineSpec:
     config: AISConfig
     etl: ETL | None = None
     shuffle_shards: bool = True
-    shuffle_buffer: int = 0
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
     decoder: Decoder | None = None
     decode_threads: int = 0
     tuple_fields: tuple[str, ...] | None = None
@@ -53,7 +60,7 @@ class PipelineSpec:
         config: AISConfig | None = None,
         etl: ETL | str | Any | None = None,
         shuffle_shards: bool = True,
-        shuffle_buffer: int = 0,
+        shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
         decode: str | Decoder | None = None,
         decode_threads: int = 0,
         tuple_fields: Sequence[str] | str | None = None,
@@ -109,4 +116,4 @@ class PipelineSpec:
                        ErrorPolicy(self.on_error, self.report))
 
 
-__all__ = ["PipelineSpec"]
+__all__ = ["DEFAULT_SHUFFLE_BUFFER", "PipelineSpec"]

@@ -38,6 +38,7 @@ from aisio.datapipes.base import IterDataPipe
 from aisio.datapipes.mpfix import install as _install_round_robin_fix
 from aisio.datapipes.pipeline import (
     Uneven,
+    documents_pipe_options,
     epoch_pipe,
     shard_names,
     webdataset_pipe,
@@ -136,6 +137,7 @@ def make_loader(pipe: IterDataPipe, *, num_workers: int = 0, seed: int | None = 
                                              main_prefetch=main_prefetch), seed)
 
 
+@documents_pipe_options()
 def webdataset_loader(
     shards: Any,
     *,
@@ -152,9 +154,12 @@ def webdataset_loader(
     The pipe is :func:`~aisio.datapipes.pipeline.epoch_pipe` (shard tasks -> sharding_filter
     -> AISFileLoader -> WebDatasetParser -> shuffle -> decode -> tuples and batches); each
     epoch runs on a fresh DataLoader2 with the reading service of :func:`reading_service`.
+    Shards and samples are shuffled by default (``shuffle_buffer=1000`` per worker: see
+    below; ``shuffle_buffer=0`` keeps each shard's order). Needs torchdata < 0.10.
 
     Args:
-        shards: as for :func:`webdataset_pipe`.
+        shards: a template (``"ais://b/train-{0000..0099}.tar"``), an object, a bucket or
+            prefix (``"ais://b/train/"``, listed once), a list of them, or SDK objects.
         num_workers: worker processes (0: read in the main process).
         seed: makes the shuffles reproducible (each epoch still reshuffles).
         uneven: with torch.distributed, ``"drop"`` or ``"keep"`` (see :func:`reading_service`).
@@ -165,7 +170,7 @@ def webdataset_loader(
             level, not lambdas (checked here, with an error naming the function). With
             ``post`` or ``resampled=True`` the loader is a plain :class:`EpochLoader`, which
             cannot checkpoint mid-epoch.
-        **pipe_options: passed to :func:`webdataset_pipe` (url, etl, decode, batch_size, ...).
+        **pipe_options: the pipeline options below, as for :func:`webdataset_pipe`.
 
     Example:
         >>> loader = webdataset_loader("ais://b/train-{000..099}.tar", decode="torchrgb",

@@ -14,13 +14,15 @@ sharding filter per worker and per rank itself.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
-from typing import Any, Literal
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal, TypeVar
 
 from torch.utils.data import default_collate
 
 from aisio.core.cache import ShardCache
 from aisio.core.client import client_for
+from aisio.core.collate import BatchCollate, sample_name
 from aisio.core.config import AISConfig, resolve_config
 from aisio.core.decode import Decoder, to_tuple
 from aisio.core.decode import tuple_fields as _tuple_fields
@@ -34,7 +36,7 @@ from aisio.core.epoch import (
 )
 from aisio.core.report import ErrorReport
 from aisio.core.sources import ObjectRef, objects, resolve, resolve_one, shard_list
-from aisio.core.spec import PipelineSpec
+from aisio.core.spec import DEFAULT_SHUFFLE_BUFFER, PipelineSpec
 from aisio.core.stages import is_kept
 from aisio.core.threads import thread_map
 from aisio.core.urls import ETL
@@ -142,7 +144,7 @@ def webdataset_pipe(
     config: AISConfig | None = None,
     etl: ETL | str | None = None,
     shuffle_shards: bool = True,
-    shuffle_buffer: int = 0,
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
     decode: str | Decoder | None = None,
     decode_threads: int = 0,
     tuple_fields: str | Sequence[str] | None = None,
@@ -165,8 +167,10 @@ def webdataset_pipe(
         config: an :class:`AISConfig`.
         etl: an ETL to apply to every shard on the server.
         shuffle_shards: shuffle the shard order each epoch (before the shard split).
-        shuffle_buffer: shuffle samples through a buffer of this many (0: off). Memory grows
-            with it: it holds that many undecoded samples.
+        shuffle_buffer: shuffle samples through a buffer of this many, in each reading
+            process (default 1000, as every aisio loader; 0: shard order). It holds that many
+            undecoded samples per worker (1000 x 100 KiB JPEGs: about 100 MB each), and the
+            first sample waits until it is full or the worker's shards run out.
         decode: an image spec for :class:`Decoder` (``"torchrgb"``, ``"pil"``, ...) or a Decoder.
         decode_threads: decode with this many threads per process, in order (image decoders
             release the GIL, so this helps where cores are idle; on the 2-core benchmark
@@ -212,10 +216,42 @@ def webdataset_pipe(
     if spec.batch_size:
         pipe = pipe.batch(spec.batch_size)
         if spec.collate:
-            pipe = pipe.collate()
+            pipe = pipe.collate(collate_fn=BatchCollate(default_collate))
     pipe.report = spec.report  # type: ignore[attr-defined]
     pipe.timings = spec.times  # type: ignore[attr-defined]
     return pipe
+
+
+def pipe_options_doc(exclude: Sequence[str] = ()) -> str:
+    """Returns the "Args:" entries of :func:`webdataset_pipe` after ``shards`` (but
+    ``exclude``): the pipeline options every loader entry point takes, documented once, there."""
+    lines = (webdataset_pipe.__doc__ or "").split("    Args:\n", 1)[-1].splitlines()
+    entries: list[list[str]] = []
+    for line in lines:
+        if line and not line.startswith(" " * 8):
+            break  # the next section ("Raises:", ...)
+        if line.startswith(" " * 8) and not line.startswith(" " * 9):
+            entries.append([])
+        if entries:
+            entries[-1].append(line)
+    keep = [e for e in entries if e[0].split(":")[0].strip() not in ("shards", *exclude)]
+    return "\n".join(line for entry in keep for line in entry)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def documents_pipe_options(*, exclude: Sequence[str] = ()) -> Callable[[F], F]:
+    """Appends :func:`pipe_options_doc` to an entry point's docstring, so that
+    ``help(aisio.webdataset_dataloader)`` shows every option it takes, not a pointer."""
+
+    def document(fn: F) -> F:
+        fn.__doc__ = (f"{(fn.__doc__ or '').rstrip()}\n\n    Pipeline options (the "
+                      f"``**pipe_options``, the same for every loader):\n"
+                      f"{pipe_options_doc(exclude)}\n")
+        return fn
+
+    return document
 
 
 def samples_pipe(source: IterDataPipe, spec: PipelineSpec) -> IterDataPipe:
@@ -255,17 +291,33 @@ class ShardTasks(IterDataPipe):
 
 class Pack(IterDataPipe):
     """Yields :class:`~aisio.core.epoch.Delivery` items: ``(value, position)`` pairs batched
-    and collated as the spec says, each delivery with the positions of its samples."""
+    and collated as the spec says, each delivery with the positions of its samples. A batch
+    that cannot be collated because its images differ in size raises
+    :class:`~aisio.core.collate.MixedShapesError` naming the shards and samples."""
 
-    def __init__(self, source: IterDataPipe, spec: PipelineSpec) -> None:
+    def __init__(self, source: IterDataPipe, spec: PipelineSpec,
+                 shards: Sequence[ObjectRef] = ()) -> None:
         self.source = source
         self.spec = spec
+        self.shards = shards
 
     def __iter__(self) -> Iterator[Delivery]:
         spec = self.spec
-        return ship_errors(pack(
-            self.source, batch_size=spec.batch_size,
-            collate=default_collate if spec.batch_size and spec.collate else None))
+        if not (spec.batch_size and spec.collate):
+            return ship_errors(pack(self.source, batch_size=spec.batch_size))
+        kept: deque[tuple[int, int, int, bool]] = deque(maxlen=spec.batch_size)
+
+        def watched() -> Iterator[tuple[Any, tuple[int, int, int, bool]]]:
+            for value, position in self.source:
+                if is_kept(value):
+                    kept.append(position)  # pack() collates the last len(batch) of these
+                yield value, position
+
+        def names(n: int) -> list[str]:
+            return [sample_name(self.shards, p) for p in list(kept)[-n:]]
+
+        return ship_errors(pack(watched(), batch_size=spec.batch_size,
+                                collate=BatchCollate(default_collate, names)))
 
 
 def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int
@@ -279,4 +331,4 @@ def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int
     samples = samples_pipe(tasks.sharding_filter(), spec)
     samples = ThreadMapper(samples, stage, spec.decode_threads) if spec.decode_threads else (
         samples.map(stage))
-    return Pack(samples, spec), tasks
+    return Pack(samples, spec, tasks.shards), tasks

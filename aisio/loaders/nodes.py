@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any
 
+from aisio.core.collate import BatchCollate, sample_name
 from aisio.core.epoch import (
     Positioned,
     ShardTask,
@@ -26,7 +27,8 @@ from aisio.core.errors import LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
 from aisio.core.parse import parse_streams
 from aisio.core.spec import PipelineSpec
-from aisio.datapipes.pipeline import shard_names
+from aisio.core.stages import is_kept
+from aisio.datapipes.pipeline import documents_pipe_options, shard_names
 from aisio.loaders.dist import drop_sync, rank_and_world, shared_seed
 
 try:
@@ -84,25 +86,40 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
         return {"yielded": self._yielded}
 
 
-def _deliver(collate: Any, batch: Any) -> Any:
-    """Packs a batch (or one) of ``(value, position)`` pairs into a delivery."""
-    return pack_batch(batch if isinstance(batch, list) else [batch], collate=collate)
+def _deliver(collate: Any, shards: Sequence[Any], batch: Any) -> Any:
+    """Packs a batch (or one) of ``(value, position)`` pairs into a delivery; a batch whose
+    images differ in size raises MixedShapesError naming its shards and samples."""
+    pairs = batch if isinstance(batch, list) else [batch]
+    if collate is not None:
+        names = [sample_name(shards, p) for v, p in pairs if is_kept(v)]
+        collate = BatchCollate(collate, lambda n: names[-n:])
+    return pack_batch(pairs, collate=collate)
 
 
+@documents_pipe_options(exclude=("resampled",))
 def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "thread",
                            seed: int | None = None, uneven: str = "drop",
                            prefetch_factor: int = 2, **pipe_options: Any) -> ResumableLoader:
     """Returns aisio's pipeline on ``torchdata.nodes``: :class:`ShardSamples` (this rank's
     shards) -> ``ParallelMapper`` (decode) -> ``Batcher`` -> ``Mapper`` (tuples, collate) ->
-    ``Prefetcher`` -> ``Loader``, resumable mid-epoch on any number of workers and ranks.
+    ``Prefetcher`` -> ``Loader``, resumable mid-epoch on any number of workers and ranks
+    (torchdata >= 0.10). Shards and samples are shuffled by default (``shuffle_buffer=1000``
+    per rank: see below; ``shuffle_buffer=0`` keeps each shard's order).
 
     Args:
-        shards: as for :func:`aisio.webdataset_pipe`.
+        shards: a template (``"ais://b/train-{0000..0099}.tar"``), an object, a bucket or
+            prefix (``"ais://b/train/"``, listed once), a list of them, or SDK objects.
         num_workers: decode in this many threads or processes (``method``); 0: inline.
         method: ``"thread"`` or ``"process"`` (nodes' ``ParallelMapper``).
-        seed, uneven: as for :func:`aisio.webdataset_dataloader`.
+        seed: makes the shuffles reproducible (each epoch still reshuffles).
+        uneven: with torch.distributed, ``"drop"`` (every rank stops when the first runs out,
+            so DDP never hangs) or ``"keep"`` (every sample once; ranks may stop apart).
         prefetch_factor: batches kept ready.
-        **pipe_options: as for :func:`aisio.webdataset_pipe`.
+        **pipe_options: the pipeline options below.
+
+    Example:
+        >>> loader = webdataset_node_loader("ais://b/train-{000..099}.tar", decode="torchrgb",
+        ...     tuple_fields="png cls", batch_size=64, num_workers=2)   # doctest: +SKIP
     """
     if _Node is None:
         raise LoaderUnavailableError(
@@ -129,7 +146,7 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
                 if num_workers else Mapper(node, stage))
         if spec.batch_size:
             node = Batcher(node, spec.batch_size, drop_last=False)
-        node = Mapper(node, partial(_deliver, collate if spec.batch_size else None))
+        node = Mapper(node, partial(_deliver, collate if spec.batch_size else None, refs))
         current[:] = [Prefetcher(node, prefetch_factor)]
         return Loader(current[0])
 

@@ -19,7 +19,7 @@ from aisio.core.epoch import epoch_seed
 from aisio.core.errors import LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
 from aisio.core.spec import PipelineSpec
-from aisio.datapipes.pipeline import epoch_pipe, shard_names
+from aisio.datapipes.pipeline import documents_pipe_options, epoch_pipe, shard_names
 from aisio.loaders.dist import drop_sync, rank_and_world, shared_seed
 
 
@@ -65,21 +65,25 @@ def _loader(loader_class: type, shards: Any, *, num_workers: int, seed: int | No
                            report=spec.report, timings=spec.times, sync=sync)
 
 
+@documents_pipe_options(exclude=("resampled",))
 def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
                           uneven: str = "drop", prefetch_factor: int | None = None,
                           **pipe_options: Any) -> ResumableLoader:
     """Returns aisio's pipeline on ``torch.utils.data.DataLoader``: batches from AIStore
     shards, resumable mid-epoch (``state_dict()`` / ``load_state_dict()``).
 
+    Shards and samples are shuffled by default (``shuffle_buffer=1000`` per worker: see
+    below; ``shuffle_buffer=0`` keeps each shard's order).
+
     Args:
-        shards: as for :func:`aisio.webdataset_pipe`.
+        shards: a template (``"ais://b/train-{0000..0099}.tar"``), an object, a bucket or
+            prefix (``"ais://b/train/"``, listed once), a list of them, or SDK objects.
         num_workers: DataLoader worker processes (0: read in the training process).
         seed: makes the shuffles reproducible (each epoch still reshuffles).
         uneven: with torch.distributed, ``"drop"`` (every rank stops when the first runs out,
             so DDP never hangs) or ``"keep"`` (every sample once; ranks may stop apart).
         prefetch_factor: items each worker keeps ready (DataLoader's option; default 2).
-        **pipe_options: as for :func:`aisio.webdataset_pipe` (decode, tuple_fields,
-            batch_size, shuffle_buffer, on_error, ...).
+        **pipe_options: the pipeline options below.
 
     Example:
         >>> loader = webdataset_dataloader("ais://b/train-{000..099}.tar", decode="torchrgb",
@@ -89,14 +93,30 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
                    prefetch_factor=prefetch_factor, **pipe_options)
 
 
+@documents_pipe_options(exclude=("resampled",))
 def webdataset_stateful_loader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
                                uneven: str = "drop", prefetch_factor: int | None = None,
                                **pipe_options: Any) -> ResumableLoader:
     """Returns aisio's pipeline on torchdata's ``StatefulDataLoader`` (torchdata >= 0.8).
 
-    Takes the options of :func:`webdataset_dataloader`. The resume state is aisio's (what the
-    training loop received, across ranks and any new topology), not StatefulDataLoader's
-    per-worker snapshot.
+    The resume state is aisio's (what the training loop received, across ranks and any new
+    topology), not StatefulDataLoader's per-worker snapshot. Shards and samples are shuffled
+    by default (``shuffle_buffer=1000`` per worker: see below; ``shuffle_buffer=0`` keeps each
+    shard's order).
+
+    Args:
+        shards: a template (``"ais://b/train-{0000..0099}.tar"``), an object, a bucket or
+            prefix (``"ais://b/train/"``, listed once), a list of them, or SDK objects.
+        num_workers: StatefulDataLoader worker processes (0: read in the training process).
+        seed: makes the shuffles reproducible (each epoch still reshuffles).
+        uneven: with torch.distributed, ``"drop"`` (every rank stops when the first runs out,
+            so DDP never hangs) or ``"keep"`` (every sample once; ranks may stop apart).
+        prefetch_factor: items each worker keeps ready (default 2).
+        **pipe_options: the pipeline options below.
+
+    Example:
+        >>> loader = webdataset_stateful_loader("ais://b/train-{000..099}.tar",
+        ...     decode="torchrgb", tuple_fields="png cls", batch_size=64)   # doctest: +SKIP
     """
     try:
         from torchdata.stateful_dataloader import StatefulDataLoader
