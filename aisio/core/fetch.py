@@ -40,7 +40,7 @@ from aisio.core.errors import (
     skipped_reason,
 )
 from aisio.core.report import ErrorReport
-from aisio.core.sources import ObjectRef, objects, resolve_one
+from aisio.core.sources import ObjectRef, explained, objects, resolve_one
 from aisio.core.urls import ETL, object_url
 
 log = logging.getLogger("aisio")
@@ -219,8 +219,9 @@ class Fetcher:
             cached = self.cache.open(url, self.client(ref))
             if cached is not None:
                 return cached  # type: ignore[return-value]
-        reader = self.client(ref).open(url, name=ref.path.uri(), etl=self.etl_of(ref),
-                                       start=start)
+        client = self.client(ref)
+        reader = explained(client, ref.path, lambda: client.open(
+            url, name=ref.path.uri(), etl=self.etl_of(ref), start=start))
         if start == 0 and self.cache is not None:
             return self.cache.filling(url, reader)
         return reader  # type: ignore[return-value]
