@@ -1,6 +1,6 @@
 """The ``aisio`` command: explore buckets and shards, run a local AIStore.
 
-``ls``, ``stat``, ``get``, ``cat``, ``head``, ``preview`` and ``playground``. The
+``ls``, ``stat``, ``get``, ``cat``, ``head``, ``preview``, ``put`` and ``playground``. The
 endpoint comes from ``--endpoint``, else ``AIS_ENDPOINT``. User mistakes end in one line on stderr
 naming the fix and a non-zero exit (2 for a misused command line, 1 for the rest), never a
 traceback.
@@ -361,6 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="resolution: cells of 2 x DPI pixels (default 100)")
     p.set_defaults(func=_preview)
 
+    from aisio.tools.put import add_command as add_put  # its own module: `aisio put`
+
+    add_put(add)
 
     pg = sub.add_parser("playground", help="run a local AIStore (1 proxy, N targets) on 127.0.0.1")
     pg_sub = pg.add_subparsers(dest="action", required=True, metavar="ACTION")

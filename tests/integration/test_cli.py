@@ -259,3 +259,41 @@ def test_preview_marks_a_corrupt_image_and_head_shows_a_truncated_shards_good_sa
     lines = out.decode().splitlines()
     assert code == 1 and lines[1].startswith("s000") and len(lines) >= 4
     assert "could be read" in err and "truncated" in err
+
+
+def test_put_uploads_folders_in_parallel_and_a_rerun_resumes(
+        cli: Run, ais_client: Client, bucket: Bucket, tmp_path: Path) -> None:
+    src = tmp_path / "shards"
+    (src / "val").mkdir(parents=True)
+    for i in range(5):
+        (src / f"train-{i}.tar").write_bytes(shard_bytes(2 + i))
+    (src / "val" / "val-0.tar").write_bytes(shard_bytes(3))
+    code, out, _ = cli("put", str(src), bucket.uri("data/"), "-j", "3")
+    assert code == 0 and "put 6 files" in out.decode() and "skipped 0" in out.decode()
+    for name in ["train-0.tar", "train-4.tar", "val/val-0.tar"]:
+        assert ais_client.get_bytes(AISPath(bucket, f"data/{name}")) == (src / name).read_bytes()
+    # A rerun (after an interruption, say) sends only what is missing or differs.
+    ais_client.request("DELETE", f"{ais_client.endpoint}/v1/objects/{bucket.name}/data/"
+                       "train-1.tar", name="x", what="deleting").close()
+    changed = bytearray((src / "train-2.tar").read_bytes())
+    changed[600] ^= 0xFF  # same size, other bytes: the checksum tells
+    (src / "train-2.tar").write_bytes(bytes(changed))
+    code, out, err = cli("put", str(src), bucket.uri("data/"))
+    assert "skipping 4 files already in the bucket" in err
+    assert code == 0 and "put 2 files" in out.decode() and "skipped 4 already there" in out.decode()
+    assert ais_client.get_bytes(AISPath(bucket, "data/train-2.tar")) == bytes(changed)
+    code, out, _ = cli("put", str(src), bucket.uri("data/"), "--force")
+    assert code == 0 and "put 6 files" in out.decode()
+    code, out, _ = cli("put", str(src / "train-0.tar"), bucket.uri("exact.tar"))
+    assert code == 0 and ais_client.head_object(AISPath(bucket, "exact.tar"))["size"]
+
+
+def test_put_mistakes_are_one_line(cli: Run, bucket: Bucket, tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.tar").write_bytes(b"x")
+    code, _, err = cli("put", str(tmp_path / "a"), bucket.uri("data"))
+    assert code == 1 and "end it with '/'" in err and err.count("\n") == 1
+    code, _, err = cli("put", str(tmp_path / "missing"), bucket.uri())
+    assert code == 1 and "no such file or folder" in err
+    code, _, err = cli("put", str(tmp_path / "a"), "ais://b/s-{0..1}.tar")
+    assert code == 1 and "is a template" in err
