@@ -118,6 +118,8 @@ class EpochLoader(DataLoader2):
         self.epoch += 1
         skipped_before = len(self.report) if self.report is not None else 0
         yielded = 0
+        if self.timings is not None:
+            self.timings.reset()  # loader.timings covers this epoch
         for item in super().__iter__():
             yielded += 1
             yield item

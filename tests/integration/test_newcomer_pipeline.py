@@ -169,3 +169,18 @@ def test_warnings_point_at_the_training_loop_and_do_not_advise_skipping(
     assert warning.filename == __file__, warning.filename
     assert "on_error='skip'" not in str(warning.message)
     assert "re-upload the shard" in str(warning.message)
+
+
+@pytest.mark.parametrize("name", sorted(LOADERS))
+def test_timings_cover_the_current_epoch(name: str, ais_endpoint: str, shards: str) -> None:
+    loader = LOADERS[name](shards, url=ais_endpoint, decode="rgb8", on_error="skip",
+                           tuple_fields="jpg cls", num_workers=2, timings=True)
+    try:
+        for _ in range(2):
+            got = list(loader.timings.wait_on(loader))
+            totals = loader.timings.totals()
+            assert len(got) == 19
+            assert totals["decode_n"] == 20 and totals["parse_n"] == 60, totals
+            assert totals["wait_n"] == 19
+    finally:
+        loader.shutdown()
