@@ -101,15 +101,16 @@ def error_from_status(
         bucket = _bucket_name(url)
         if tcode in ("ErrBckNotFound", "ErrRemoteBckNotFound"):
             return BucketNotFoundError(
-                f"bucket {bucket} does not exist{said}; create it or check the name and provider",
+                f"bucket {bucket} does not exist ({what} {url}){said}; create it or check the "
+                "name and provider",
                 url=url,
                 status=status,
             )
         if "lookup bucket" in server or "backend is missing" in server:
             return BucketNotFoundError(
-                f"bucket {bucket} cannot be reached: it is a bucket of another provider, which "
-                f"this cluster does not reach{said}; configure that backend on the cluster, or "
-                "name an AIStore bucket as ais://bucket/...",
+                f"bucket {bucket} cannot be reached ({what} {url}): it is a bucket of another "
+                f"provider, which this cluster does not reach{said}; configure that backend on "
+                "the cluster, or name an AIStore bucket as ais://bucket/...",
                 url=url,
                 status=status,
             )

@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 import aisio
-from aisio.core.collate import BatchCollate, MixedShapesError
 from aisio.core.decode import MissingFieldError
-from aisio.core.spec import DEFAULT_SHUFFLE_BUFFER, PipelineSpec
+from aisio.core.spec import PipelineSpec
 from aisio.core.stages import SKIPPED, SampleStage
 from tests.conftest import LOADERS
 
@@ -32,6 +31,8 @@ def test_missing_field_advice_names_fixes_that_work() -> None:
 
 
 def test_the_loaders_shuffle_by_default() -> None:
+    from aisio.core.spec import DEFAULT_SHUFFLE_BUFFER
+
     assert PipelineSpec.build(endpoint="http://h:1").shuffle_buffer == DEFAULT_SHUFFLE_BUFFER > 0
     assert PipelineSpec.build(endpoint="http://h:1", shuffle_buffer=0).shuffle_buffer == 0
 
@@ -53,6 +54,8 @@ def test_help_shows_every_option_of_an_entry_point(name: str) -> None:
 def test_images_of_different_sizes_raise_a_typed_error_naming_the_samples() -> None:
     import torch
     from torch.utils.data import default_collate
+
+    from aisio.core.collate import BatchCollate, MixedShapesError
 
     batch = [(torch.zeros(3, 8, 8), 0), (torch.zeros(3, 8, 8), 1), (torch.zeros(3, 9, 8), 2)]
     names = ["sample #0 of ais://b/a.tar", "sample #1 of ais://b/a.tar", "sample #5 of ais://b/c.tar"]
