@@ -104,7 +104,8 @@ def test_samples_are_shuffled_by_default_and_zero_turns_it_off(
         loader = make(template, url=ais_endpoint, tuple_fields=("__key__", "cls"), batch_size=6,
                       num_workers=2, seed=0, **extra)
         try:
-            first[buffer] = list(next(iter(loader))[0])
+            batches = list(loader)  # the whole epoch: no reader left running in the background
+            first[buffer] = list(batches[0][0])
         finally:
             loader.shutdown()
     assert not _in_shard_order(first[None], keys), first[None]
