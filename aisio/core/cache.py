@@ -119,7 +119,7 @@ class ShardCache:
             return None
         with contextlib.suppress(OSError):
             os.utime(entry)  # recently used
-        return _Bounded(handle, size, version)
+        return _Bounded(handle, size, version, str(entry))
 
     # ---- writing ---------------------------------------------------------------------------
     def filling(self, url: str, source: Any, version: str | None = None) -> Any:
@@ -217,13 +217,17 @@ def _verified_size(handle: IO[bytes]) -> int | None:
 class _Bounded(ReadStream):
     """Reads a cache entry's shard bytes, not its trailer."""
 
-    def __init__(self, handle: IO[bytes], size: int, version: str | None = None) -> None:
+    def __init__(self, handle: IO[bytes], size: int, version: str | None = None,
+                 local_path: str = "") -> None:
         super().__init__()
         self.handle = handle
         self.left = size
         self.size = size
         #: the cached object's version (what :func:`~aisio.core.client.content_id` names)
         self.version = version
+        #: the cache entry (a tar, then aisio's checksum trailer): the ``__local_path__`` of
+        #: the shard's samples, as webdataset names it
+        self.local_path = local_path
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0 or size > self.left:
@@ -296,6 +300,15 @@ class _Tee(ReadStream):
             self._discard()
             self.cache._write_failed(exc)
         return data
+
+    @property
+    def local_path(self) -> str:
+        """Where the shard is cached once read to the end ("" when it will not be: no
+        version to key it by, or the cache cannot write)."""
+        version = getattr(self.source, "version", None)
+        if version is None or self.tmp is None:
+            return ""
+        return str(self.cache.path_for(self.url, version))
 
     def _discard(self) -> None:
         if self.sink is not None:

@@ -36,6 +36,7 @@ from aisio.core.translate import (
     cluster_forming,
     error_from_exception,
     error_from_status,
+    object_missing,
 )
 from aisio.core.urls import ETL, AISPath, Bucket, bucket_url, object_url
 
@@ -177,7 +178,8 @@ class Client:
                     time.sleep(max(0.05, min(self._delay(forming - 1), 1.0)))
                     continue
             elif (resp.status_code in RETRY_STATUSES and attempt < retries
-                  and not (local is not None and resp.status_code == 500)):
+                  and not (local is not None and resp.status_code == 500)
+                  and not object_missing(body)):
                 attempt += 1
                 log.debug("aisio: retry %d/%d %s %s: HTTP %d", attempt, retries, method, name,
                           resp.status_code)

@@ -21,7 +21,7 @@ import lzma
 from collections.abc import Callable
 from typing import Any
 
-from aisio.core.errors import AISIOError, LoaderUnavailableError, ShardFormatError
+from aisio.core.errors import BAD_SHARD_HINT, AISIOError, LoaderUnavailableError, ShardFormatError
 
 _PEEK = 6
 _MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -36,7 +36,7 @@ _NOT_TAR: tuple[tuple[bytes, str], ...] = (
     (b"\xff\xd8\xff", "a JPEG image"),
     (b"7z\xbc\xaf", "a 7-zip archive"),
 )
-_HINT = "re-upload the shard or read it with on_error='skip'"
+_HINT = BAD_SHARD_HINT
 _READ_SIZE = 1 << 20
 
 

@@ -400,8 +400,9 @@ def _pick(sample: Mapping[str, Any], field: str, missing_ok: bool) -> Any:
         return None
     present = sorted(name for name in sample if not name.startswith("__"))
     raise MissingFieldError(
-        f"{_sample_name(sample)} has no field {field!r}; its fields are {present}; pick one of "
-        "those or pass missing_ok=True",
+        f"{_sample_name(sample)} has no field {field!r}; its fields are {present}: name one "
+        "of those in tuple_fields (alternatives joined with ';', e.g. 'jpg;png'), or skip such "
+        "samples with on_error='skip' (to_tuple() itself takes missing_ok=True)",
         url=sample.get("__url__"),
         key=sample.get("__key__"),
         field=field,

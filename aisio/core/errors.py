@@ -240,6 +240,21 @@ class WorkerTraceback(Exception):
         return self.text
 
 
+#: How a bad shard's error ends: what to do about it. Once ``on_error="skip"``/``"warn"`` has
+#: skipped the shard, :func:`skipped_reason` leaves out the advice to skip it.
+BAD_SHARD_HINT = "re-upload the shard or read it with on_error='skip'"
+
+
+def skipped_reason(error: BaseException | str) -> str:
+    """Returns the error's message as a skip warning shows it: without the advice to skip.
+
+    Example:
+        >>> skipped_reason(ShardFormatError(f"s.tar is truncated; {BAD_SHARD_HINT}"))
+        's.tar is truncated; re-upload the shard'
+    """
+    return str(error).replace(BAD_SHARD_HINT, "re-upload the shard")
+
+
 def is_skippable(error: BaseException) -> bool:
     """Returns whether ``on_error="skip"``/``"warn"`` may skip ``error``: only a missing object
     (or bucket, or ETL) and bad data; usage and cluster errors always raise.
@@ -275,6 +290,8 @@ __all__ = [
     "StateMismatchError",
     "UsageError",
     "WorkerDiedError",
+    "BAD_SHARD_HINT",
     "WorkerTraceback",
     "is_skippable",
+    "skipped_reason",
 ]

@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
+import sys
 import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -36,10 +38,11 @@ from aisio.core.errors import (
     InvalidURLError,
     ObjectNotFoundError,
     is_skippable,
+    skipped_reason,
 )
 from aisio.core.etl import read_url
 from aisio.core.report import ErrorReport
-from aisio.core.sources import ObjectRef, objects, resolve_one
+from aisio.core.sources import ObjectRef, explained, objects, resolve_one
 from aisio.core.urls import ETL
 
 log = logging.getLogger("aisio")
@@ -86,10 +89,32 @@ class ErrorPolicy:
         partly = bool(getattr(error, "offset", None)) or bool(samples)
         what = (f"sample {sample!r} of " if sample is not None
                 else "the rest of " if partly else "")
-        message = f"aisio skipped {what}{shard}: {error}"
+        message = f"aisio skipped {what}{shard}: {skipped_reason(error)}"
         if self.on_error == "warn":
-            warnings.warn(message, stacklevel=3)
+            warn_in_user_code(message)
         log.info("%s", message)
+
+
+def _library_dirs() -> tuple[str, ...]:
+    dirs = []
+    for name in ("aisio", "torch", "torchdata"):
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if path:
+            dirs.append(os.path.dirname(path) + os.sep)
+    return tuple(dirs)
+
+
+def warn_in_user_code(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warns, attributing the warning to the first frame outside aisio, torch and torchdata
+    (the user's ``for batch in loader:``), not to a DataPipe's iterator hook; in a worker
+    process or thread, where no such frame exists, to the outermost one."""
+    library = _library_dirs()
+    frame = sys._getframe(1)
+    level = 2  # warnings.warn's stacklevel of our caller's frame
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(library):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 def check_epoch(yielded: int, report: ErrorReport | None, *, skipped_before: int = 0) -> None:
@@ -108,7 +133,8 @@ def check_epoch(yielded: int, report: ErrorReport | None, *, skipped_before: int
         first = records[0]
         raise EmptyEpochError(
             f"the epoch yielded no sample: all {len(records)} shard(s) were skipped (first: "
-            f"{first['shard']}: {first['reason']}); fix or remove them (see the loader's report)",
+            f"{first['shard']}: {skipped_reason(first['reason'])}); fix or remove them (see the "
+            "loader's report)",
             url=first["shard"],
         )
 
@@ -205,8 +231,9 @@ class Fetcher:
                 # transforms, asked before the read (a newer object then never matches it).
                 with contextlib.suppress(AISIOError):
                     version = self.client(ref).object_version(ref.path)
-        reader = self.client(ref).open(url, name=ref.path.uri(), etl=etl, start=start,
-                                       expect=expect)
+        client = self.client(ref)
+        reader = explained(client, ref.path, lambda: client.open(
+            url, name=ref.path.uri(), etl=etl, start=start, expect=expect))
         if start == 0 and self.cache is not None:
             return self.cache.filling(url, reader, version)
         return reader  # type: ignore[return-value]

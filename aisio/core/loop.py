@@ -62,7 +62,8 @@ class ResumableLoader:
         self.seed = seed
         self.epoch = 0
         self.report = report
-        #: per-stage times with ``timings=True`` (a :class:`~aisio.core.timing.StageTimes`)
+        #: per-stage times with ``timings=True`` (a :class:`~aisio.core.timing.StageTimes`),
+        #: of the current (or last) epoch: each epoch resets them as it starts
         self.timings = timings
         self.resumable = resumable
         self._open_epoch = open_epoch
@@ -94,6 +95,8 @@ class ResumableLoader:
         progress = self._progress
         skipped_before = len(self.report) if self.report is not None else 0
         yielded = 0
+        if self.timings is not None:
+            self.timings.reset()  # loader.timings covers this epoch
         self.current = self._open_epoch(epoch, resume)
         items = iter(self.current)
         finished = False

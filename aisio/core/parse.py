@@ -21,16 +21,21 @@ def parse_streams(pairs: Iterable[tuple[Any, IO[bytes]]], policy: ErrorPolicy
     """Yields the samples of each ``(shard, stream)`` pair, closing every stream.
 
     A shard given as a :class:`~aisio.core.epoch.ShardTask` (from a resumable loader) is read
-    from where the task starts, and its samples carry their positions. A bad shard is raised or
+    from where the task starts, and its samples carry their positions. A shard read through a
+    :class:`~aisio.ShardCache` gives its samples ``__local_path__``, the cache entry's path (as
+    webdataset's cache does; "" when the shard cannot be cached). A bad shard is raised or
     skipped (with how many of its samples were yielded) as ``policy`` says.
     """
     for key, stream in pairs:
         url = key.uri() if isinstance(key, ShardTask) else key
+        local = getattr(stream, "local_path", None)  # a ShardCache stream: where it is kept
         delivered = 0
         try:
             samples = (task_samples(key, stream) if isinstance(key, ShardTask)
                        else group_samples(iter_tar(stream, url=url), url=url))
             for sample in samples:
+                if local is not None:
+                    sample["__local_path__"] = local
                 yield sample
                 delivered += 1
             drain(stream)

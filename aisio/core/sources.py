@@ -21,6 +21,12 @@ any other name, e.g. ``ais://b/x.tar``    one object (``object``); to a *lister*
                                           prefix, as AIStore's own listers read it
 ========================================  ==========================================
 
+The rule is the same in the library and the ``aisio`` command: readers (the loaders,
+AISFileLoader, ``aisio get/cat/stat/head/preview``) read a plain name as one object; listers
+(AISFileLister, AISSourceLister, ``aisio ls``) list it as a prefix. When a reader's object does
+not exist but other names start with it, :func:`explain_missing` says so and names the prefix
+(``ais://b/train/``) or template (``ais://b/train-{0000..0007}.tar``) that was likely meant.
+
 :func:`objects` then turns resolved sources into :class:`ObjectRef` s (templates expanded,
 prefixes listed once, here); the front ends pass those on, so a name is parsed once, not in
 every stage and every worker.
@@ -29,11 +35,12 @@ every stage and every worker.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from aisio.core.errors import InvalidURLError, ObjectNotFoundError
+from aisio.core.errors import AISIOError, InvalidURLError, ObjectNotFoundError
 from aisio.core.etl import parse_read_url
 from aisio.core.sdk import sdk_paths
 from aisio.core.urls import ETL, AISPath, expand_template, parse_ais_url
@@ -43,8 +50,11 @@ if TYPE_CHECKING:
 
 #: How many missing names an error message lists before it says "and N more".
 _SHOW_MISSING = 10
+#: Names one listing page asks for when a missing object's name may be a prefix.
+_LIST_PAGE = 100
 
 Kind = Literal["object", "prefix", "template"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,25 @@ def as_sources(sources: Any) -> list[Any]:
     return list(sources)
 
 
+_BRACE = re.compile(r"(?<!\\)[{}]")
+
+
+def _check_braces(path: AISPath) -> None:
+    """Refuses a name whose braces do not pair up: a template with a typo (``{0..7.tar``)
+    would otherwise name no object at all, silently."""
+    depth = 0
+    for brace in _BRACE.findall(path.obj):
+        depth += 1 if brace == "{" else -1
+        if depth < 0:
+            break
+    if depth:
+        raise InvalidURLError(
+            f"{path.uri()} has an unmatched {'{' if depth > 0 else '}'!r}: write a template "
+            "with its braces paired, e.g. 'ais://bucket/shard-{0000..0099}.tar'", url=path.uri())
+
+
 def _kind_of(path: AISPath, *, listing: bool) -> Kind:
+    _check_braces(path)
     if path.is_template:
         return "template"
     if not path.obj or path.obj.endswith("/") or listing:
@@ -261,6 +289,84 @@ def shard_list(sources: Any, client: Client | None) -> list[ObjectRef]:
                 "bucket/prefix", url=source.uri())
         refs.extend(found)
     return refs
+
+
+#: How many object names a "did you mean the prefix" hint lists.
+_SHOW_PREFIXED = 3
+_NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")
+
+
+def template_of(names: Sequence[str]) -> str | None:
+    """Returns the brace template naming exactly ``names`` when they are one numbered series
+    (same text around one run of digits of equal width, no gaps), else None.
+
+    Example:
+        >>> template_of(["s-0000.tar", "s-0002.tar", "s-0001.tar"])
+        's-{0000..0002}.tar'
+        >>> template_of(["s-0.tar", "s-2.tar"]) is None
+        True
+    """
+    parts = [_NUMBERED.match(name) for name in names]
+    if len(names) < 2 or not all(parts):
+        return None
+    heads = {m.group(1) for m in parts if m}
+    tails = {m.group(3) for m in parts if m}
+    widths = {len(m.group(2)) for m in parts if m}
+    numbers = sorted(int(m.group(2)) for m in parts if m)
+    if len(heads) != 1 or len(tails) != 1 or len(widths) != 1:
+        return None
+    if numbers != list(range(numbers[0], numbers[0] + len(numbers))):
+        return None
+    width = widths.pop()
+    return f"{heads.pop()}{{{numbers[0]:0{width}d}..{numbers[-1]:0{width}d}}}{tails.pop()}"
+
+
+def explain_missing(client: Client, path: AISPath, error: ObjectNotFoundError
+                    ) -> ObjectNotFoundError:
+    """Returns ``error`` (a GET or HEAD of ``path`` answered 404), or, when ``path``'s name is
+    the start of other objects' names, an error that says so and how to name them: readers take
+    a name as one object, listers (``aisio ls``, AISFileLister) as a prefix (the module's rule).
+    """
+    if not path.obj or path.obj.endswith("/") or path.is_template:
+        return error
+    try:
+        pages = client.list_pages(path.bucket, path.obj, page_size=_LIST_PAGE)
+        page = next(pages, [])
+        more = next(pages, None) is not None
+    except AISIOError:
+        return error  # the 404 says enough; a failing listing must not hide it
+    names = [entry["name"] for entry in page if entry.get("name") != path.obj]
+    if not names:
+        return error
+    count = f"{len(names)}{'+' if more else ''}"
+    shown = ", ".join(path.bucket.uri(n) for n in names[:_SHOW_PREFIXED])
+    shown += ", ..." if len(names) > _SHOW_PREFIXED else ""
+    under = [n for n in names if n.startswith(path.obj + "/")]
+    template = None if more else template_of(names)
+    if under:
+        fix = f"did you mean the prefix {path.bucket.uri(path.obj + '/')}"
+    elif template is not None:
+        fix = f"did you mean the template {path.bucket.uri(template)}"
+    else:
+        fix = "did you mean a template (shard-{0000..0099}.tar) or a list of them"
+    fixed = ObjectNotFoundError(
+        f"object {path.uri()} does not exist, but {count} object name(s) start with it "
+        f"({shown}): {fix}? A reader takes a name as one object, unless it ends in '/' or is a "
+        "template; `aisio ls` and AISFileLister list any name as a prefix",
+        url=error.url, status=error.status, missing=getattr(error, "missing", (path.uri(),)))
+    return fixed
+
+
+def explained(client: Client, path: AISPath, action: Callable[[], T]) -> T:
+    """Returns ``action()``; when it raises ObjectNotFoundError for ``path``, raises what
+    :func:`explain_missing` makes of it instead."""
+    try:
+        return action()
+    except ObjectNotFoundError as exc:
+        better = explain_missing(client, path, exc)
+        if better is exc:
+            raise
+        raise better from exc
 
 
 def prefixes_for(source: Any, prefix_map: Mapping[Any, str | Sequence[str]] | None) -> list[str]:

@@ -23,6 +23,13 @@ from aisio.core.stages import SampleStage
 from aisio.core.timing import StageTimes
 from aisio.core.urls import ETL, to_etl
 
+#: Samples each reading process (worker) holds in its shuffle buffer unless ``shuffle_buffer=``
+#: says otherwise: the loaders shuffle by default. The buffer holds undecoded samples, so it costs
+#: about this many times the mean sample's size per worker (1000 x 100 KiB JPEGs: ~100 MB each),
+#: and the first sample waits until it is full (or the worker's shards run out).
+#: ``shuffle_buffer=0`` reads samples in shard order.
+DEFAULT_SHUFFLE_BUFFER = 1000
+
 
 @dataclass(frozen=True)
 class PipelineSpec:
@@ -35,7 +42,7 @@ class PipelineSpec:
     config: AISConfig
     etl: ETL | None = None
     shuffle_shards: bool = True
-    shuffle_buffer: int = 0
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
     decoder: Decoder | None = None
     decode_threads: int = 0
     tuple_fields: tuple[str, ...] | None = None
@@ -58,7 +65,7 @@ class PipelineSpec:
         config: AISConfig | None = None,
         etl: ETL | str | Any | None = None,
         shuffle_shards: bool = True,
-        shuffle_buffer: int = 0,
+        shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
         decode: str | Decoder | None = None,
         decode_threads: int = 0,
         tuple_fields: Sequence[str] | str | None = None,
@@ -225,5 +232,5 @@ def check_options(options: Mapping[str, Any], *, where: str, known: Iterable[str
         raise ConfigError(f"{where}() has no option {name}=; {hint}")
 
 
-__all__ = ["FOREIGN_OPTIONS", "LOADER_OPTIONS", "PipelineSpec", "check_map", "check_options",
-           "pipeline_options"]
+__all__ = ["DEFAULT_SHUFFLE_BUFFER", "FOREIGN_OPTIONS", "LOADER_OPTIONS", "PipelineSpec",
+           "check_map", "check_options", "pipeline_options"]

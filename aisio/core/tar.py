@@ -21,7 +21,7 @@ from typing import NamedTuple, Protocol
 
 from aisio.core import timing
 from aisio.core.compression import known_non_tar, open_shard
-from aisio.core.errors import ShardFormatError
+from aisio.core.errors import BAD_SHARD_HINT, ShardFormatError
 
 BLOCK = 512
 """Size of a tar block: headers are one block, member data is padded to a multiple of it."""
@@ -44,8 +44,8 @@ _PAX_GLOBAL = b"g"
 _GNU_SPARSE = b"S"
 _META_TYPES = frozenset((_GNU_LONGNAME, _GNU_LONGLINK, _PAX_HEADER, _PAX_GLOBAL))
 
-_HINT_TRUNCATED = "re-upload the shard or read it with on_error='skip'"
-_HINT_CORRUPT = "re-upload the shard or read it with on_error='skip'"
+_HINT_TRUNCATED = BAD_SHARD_HINT
+_HINT_CORRUPT = BAD_SHARD_HINT
 _HINT_NOT_TAR = "check that the object is a tar (WebDataset) shard, plain or gzip/bzip2/xz/zstd"
 
 

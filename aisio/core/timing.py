@@ -89,6 +89,17 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     return out
 
 
+def _alive(path: Path) -> bool:
+    """Whether the process a ``<pid>.times`` file belongs to is running."""
+    try:
+        os.kill(int(path.stem), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class StageTimes:
     """The per-stage totals of every process iterating a pipeline, and the training loop's wait.
 
@@ -107,6 +118,7 @@ class StageTimes:
         self._wait = 0.0
         self._waits = 0
         self._base: dict[str, Any] = {}
+        self._bases: dict[Path, dict[str, Any]] = {}  # other processes' totals at reset()
 
     @classmethod
     def temporary(cls) -> StageTimes:
@@ -124,6 +136,28 @@ class StageTimes:
         for stale in self.directory.glob("*.times"):
             if stale != _sink:
                 stale.unlink(missing_ok=True)
+
+    def reset(self) -> None:
+        """Counts from now in every process (the loaders call it as each epoch starts, so that
+        ``loader.timings`` covers the current or last epoch): totals so far are left out, and
+        the training loop's wait starts at zero."""
+        flush()
+        self._base = snapshot()
+        self._wait = 0.0
+        self._waits = 0
+        self._bases = {}
+        for path in self.directory.glob("*.times"):
+            if path == _sink:
+                continue
+            if not _alive(path):  # a past epoch's worker: its file could be a new one's later
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                record = _read_record(path)
+            except OSError:
+                continue
+            if record is not None:
+                self._bases[path] = record
 
     def attach(self) -> None:
         """Makes the calling process report to this StageTimes (called from worker stages)."""
@@ -154,8 +188,8 @@ class StageTimes:
                 continue
             if each is None:
                 continue
-            if path == _sink:  # this process: only what happened since start()
-                each = {k: v - self._base.get(k, 0) for k, v in each.items()}
+            base = self._base if path == _sink else self._bases.get(path, {})
+            each = {k: v - base.get(k, 0) for k, v in each.items()}  # since start() or reset()
             for key, value in each.items():
                 total[key] = total.get(key, 0) + value
         total["wait"] = self._wait
@@ -163,7 +197,8 @@ class StageTimes:
         return total
 
     def summary(self) -> str:
-        """Returns one line: seconds per stage (summed over processes) and the loop's wait."""
+        """Returns one line: seconds per stage (summed over processes) and the loop's wait,
+        since the current (or last) epoch began."""
         t = self.totals()
         parts = [f"{stage} {t[stage]:.2f} s" for stage in STAGES]
         return (f"{', '.join(parts)} (summed over processes; {t['parse_n']} tar members, "

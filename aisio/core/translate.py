@@ -44,6 +44,17 @@ TRANSIENT_EXCEPTIONS: tuple[type[BaseException], ...] = (
 )
 
 
+#: AIStore error codes that mean "no such object" whatever the status: a GET of a name that is
+#: a directory on the target's disks (the name is a prefix: ``b/train`` beside ``b/train/x``)
+#: answers 500 ``ErrLmetaNotFound`` ("no data available"). Not worth a retry.
+MISSING_TCODES = frozenset({"ErrLmetaNotFound"})
+
+
+def object_missing(body: str | bytes | None) -> bool:
+    """True when an error answer's body says the object does not exist (see MISSING_TCODES)."""
+    return _server_message(body)[0] in MISSING_TCODES
+
+
 def cluster_forming(body: str | bytes | None) -> bool:
     """True when an error answer's body says the cluster is (re)forming (see FORMING_TCODES)."""
     return _server_message(body)[0] in FORMING_TCODES
@@ -106,10 +117,20 @@ def error_from_status(
             url=url,
             status=status,
         )
-    if status == 404:
-        if tcode == "ErrBckNotFound":
+    if status == 404 or tcode in MISSING_TCODES:
+        bucket = _bucket_name(url)
+        if tcode in ("ErrBckNotFound", "ErrRemoteBckNotFound"):
             return BucketNotFoundError(
-                f"bucket of {url} does not exist{said}; create it or check the name and provider",
+                f"bucket {bucket} does not exist ({what} {url}){said}; create it or check the "
+                "name and provider",
+                url=url,
+                status=status,
+            )
+        if "lookup bucket" in server or "backend is missing" in server:
+            return BucketNotFoundError(
+                f"bucket {bucket} cannot be reached ({what} {url}): it is a bucket of another "
+                f"provider, which this cluster does not reach{said}; configure that backend on "
+                "the cluster, or name an AIStore bucket as ais://bucket/...",
                 url=url,
                 status=status,
             )
@@ -145,6 +166,16 @@ def error_from_status(
     return AISRequestError(
         f"{what} {url} failed with HTTP {status}{said}: {hint}", url=url, status=status
     )
+
+
+def _bucket_name(url: str) -> str:
+    """Returns the bucket of an AIS name as AIStore prints it (``s3://b``), else ``url``."""
+    from aisio.core.urls import parse_ais_url
+
+    try:
+        return parse_ais_url(url).bucket.uri().rstrip("/")
+    except AISIOError:
+        return f"of {url}"
 
 
 def error_from_exception(exc: BaseException, *, url: str, what: str,

@@ -12,41 +12,61 @@
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aisio.core.errors import LoaderUnavailableError
 from aisio.datapipes.pipeline import ResampledShards, ToTuple, webdataset_pipe
 from aisio.datapipes.pipes import AISFileLister, AISFileLoader, AISSourceLister, WebDatasetParser
+
+if TYPE_CHECKING:
+    from aisio.datapipes.dataloader2 import make_loader, webdataset_loader
+
+
+def _unavailable() -> LoaderUnavailableError:
+    try:
+        from importlib.metadata import version
+
+        found = f"torchdata {version('torchdata')} is installed"
+    except Exception:
+        found = "torchdata is not installed"
+    return LoaderUnavailableError(
+        f"DataLoader2 needs torchdata < 0.10 ({found}): install 'torchdata<0.10', or use the "
+        "same pipeline on torch's DataLoader (aisio.webdataset_dataloader), StatefulDataLoader "
+        "(aisio.webdataset_stateful_loader) or torchdata.nodes (aisio.webdataset_node_loader)"
+    )
 
 
 def _dataloader2() -> ModuleType:
     try:
         from aisio.datapipes import dataloader2
     except ImportError as exc:
-        try:
-            from importlib.metadata import version
-
-            found = f"torchdata {version('torchdata')} is installed"
-        except Exception:
-            found = "torchdata is not installed"
-        raise LoaderUnavailableError(
-            f"DataLoader2 needs torchdata < 0.10 ({found}): install 'torchdata<0.10', or use the "
-            "same pipeline on torch's DataLoader (aisio.webdataset_dataloader), StatefulDataLoader "
-            "(aisio.webdataset_stateful_loader) or torchdata.nodes (aisio.webdataset_node_loader)"
-        ) from exc
+        raise _unavailable() from exc
     return dataloader2
 
 
-def webdataset_loader(shards: Any, **options: Any) -> Any:
-    """Returns a DataLoader2 that streams batches from AIStore shards (see
-    :func:`aisio.datapipes.dataloader2.webdataset_loader`; needs torchdata < 0.10)."""
-    return _dataloader2().webdataset_loader(shards, **options)
+def _needs_dataloader2(name: str, error: LoaderUnavailableError) -> Any:
+    """Returns a stand-in for ``name`` that raises LoaderUnavailableError when called."""
+
+    def unavailable(*args: Any, **options: Any) -> Any:
+        raise _unavailable() from error.__cause__
+
+    unavailable.__name__ = unavailable.__qualname__ = name
+    unavailable.__doc__ = (f"aisio.{name} runs on DataLoader2, which needs torchdata < 0.10 "
+                           f"(here: {_unavailable()})")
+    return unavailable
 
 
-def make_loader(pipe: Any, **options: Any) -> Any:
-    """Returns a DataLoader2 over ``pipe`` with the right reading service (see
-    :func:`aisio.datapipes.dataloader2.make_loader`; needs torchdata < 0.10)."""
-    return _dataloader2().make_loader(pipe, **options)
+def __getattr__(name: str) -> Any:
+    # The real DataLoader2 entry points, with their signatures and full docs (help() shows
+    # them), imported on first use: torchdata.dataloader2 costs about 0.5 s to import.
+    if name not in ("webdataset_loader", "make_loader"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        value = getattr(_dataloader2(), name)
+    except LoaderUnavailableError as exc:
+        value = _needs_dataloader2(name, exc)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

@@ -39,6 +39,7 @@ from aisio.datapipes.pipeline import (
     SampleQuota,
     Uneven,
     batch_pipe,
+    documents_pipe_options,
     epoch_pipe,
     shard_names,
     webdataset_pipe,
@@ -129,6 +130,8 @@ class EpochLoader(DataLoader2):
         self.epoch += 1
         skipped_before = len(self.report) if self.report is not None else 0
         yielded = 0
+        if self.timings is not None:
+            self.timings.reset()  # loader.timings covers this epoch
         for item in super().__iter__():
             yielded += 1
             yield item
@@ -181,6 +184,7 @@ def _loader_options(options: dict[str, Any]) -> dict[str, Any]:
     return taken
 
 
+@documents_pipe_options()
 def webdataset_loader(
     shards: Any,
     *,
@@ -199,9 +203,12 @@ def webdataset_loader(
     DataLoader2 with the reading service of :func:`reading_service`. Its worker processes start
     with the first epoch and live until :meth:`~aisio.ResumableLoader.shutdown`: each epoch,
     and each resumed state, reaches them through an :class:`~aisio.core.plan.EpochPlan`.
+    Shards and samples are shuffled by default (``shuffle_buffer=1000`` per worker: see
+    below; ``shuffle_buffer=0`` keeps each shard's order). Needs torchdata < 0.10.
 
     Args:
-        shards: as for :func:`webdataset_pipe`.
+        shards: a template (``"ais://b/train-{0000..0099}.tar"``), an object, a bucket or
+            prefix (``"ais://b/train/"``, listed once), a list of them, or SDK objects.
         num_workers: worker processes (0: read in the main process).
         seed: makes the shuffles reproducible (each epoch still reshuffles).
         uneven: with torch.distributed, ``"drop"`` or ``"keep"`` (see :func:`reading_service`).
@@ -217,8 +224,8 @@ def webdataset_loader(
             ``post`` or ``resampled=True`` the loader is a plain :class:`EpochLoader`, whose
             ``state_dict()`` raises :class:`~aisio.StateMismatchError` (it cannot say what
             the training loop received).
-        **pipe_options: passed to :func:`webdataset_pipe` (url, etl, decode, batch_size, ...);
-            and of DataLoader's options, the ones DataLoader2 has: ``prefetch_factor`` (items
+        **pipe_options: the pipeline options below, as for :func:`webdataset_pipe`; and of
+            DataLoader's options, the ones DataLoader2 has: ``prefetch_factor`` (items
             each worker keeps ready, default 10), ``persistent_workers`` (default True; False
             starts the workers again each epoch), ``multiprocessing_context``, ``in_order``
             (True only) and ``drop_last`` (see :func:`webdataset_pipe`). ``pin_memory`` and

@@ -14,13 +14,15 @@ sharding filter per worker and per rank itself.
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from torch.utils.data import default_collate
 
 from aisio.core.cache import ShardCache
 from aisio.core.client import client_for
+from aisio.core.collate import BatchCollate, sample_name
 from aisio.core.config import AISConfig, resolve_config
 from aisio.core.decode import Decoder, to_tuple
 from aisio.core.decode import tuple_fields as _tuple_fields
@@ -37,7 +39,7 @@ from aisio.core.epoch import (
 from aisio.core.plan import EpochPlan
 from aisio.core.report import ErrorReport
 from aisio.core.sources import ObjectRef, objects, resolve, resolve_one, shard_list
-from aisio.core.spec import PipelineSpec, check_options
+from aisio.core.spec import DEFAULT_SHUFFLE_BUFFER, PipelineSpec, check_options
 from aisio.core.stages import SKIPPED, is_kept
 from aisio.core.threads import thread_map
 from aisio.core.urls import ETL
@@ -146,7 +148,7 @@ def webdataset_pipe(
     config: AISConfig | None = None,
     etl: ETL | str | None = None,
     shuffle_shards: bool = True,
-    shuffle_buffer: int = 0,
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
     decode: str | Decoder | None = None,
     decode_threads: int = 0,
     tuple_fields: str | Sequence[str] | None = None,
@@ -172,8 +174,10 @@ def webdataset_pipe(
         config: an :class:`AISConfig`.
         etl: an ETL to apply to every shard on the server.
         shuffle_shards: shuffle the shard order each epoch (before the shard split).
-        shuffle_buffer: shuffle samples through a buffer of this many (0: off). Memory grows
-            with it: it holds that many undecoded samples.
+        shuffle_buffer: shuffle samples through a buffer of this many, in each reading
+            process (default 1000, as every aisio loader; 0: shard order). It holds that many
+            undecoded samples per worker (1000 x 100 KiB JPEGs: about 100 MB each), and the
+            first sample waits until it is full or the worker's shards run out.
         decode: an image spec for :class:`Decoder` (``"torchrgb"``, ``"pil"``, ...) or a Decoder.
         decode_threads: decode with this many threads per process, in order (image decoders
             release the GIL, so this helps where cores are idle; on the 2-core benchmark
@@ -239,7 +243,7 @@ def batch_pipe(pipe: IterDataPipe, batch_size: int | None, *, collate: bool,
     if batch_size:
         pipe = pipe.batch(batch_size, drop_last=drop_last)
         if collate:
-            pipe = pipe.collate()
+            pipe = pipe.collate(collate_fn=BatchCollate(default_collate))
     return pipe
 
 
@@ -274,6 +278,38 @@ class SampleQuota(IterDataPipe):
             yield item
             if taken >= self.share:
                 return
+
+
+def pipe_options_doc(exclude: Sequence[str] = ()) -> str:
+    """Returns the "Args:" entries of :func:`webdataset_pipe` after ``shards`` (but
+    ``exclude``): the pipeline options every loader entry point takes, documented once, there."""
+    lines = (webdataset_pipe.__doc__ or "").split("    Args:\n", 1)[-1].splitlines()
+    entries: list[list[str]] = []
+    for line in lines:
+        if line and not line.startswith(" " * 8):
+            break  # the next section ("Raises:", ...)
+        if line.startswith(" " * 8) and not line.startswith(" " * 9):
+            entries.append([])
+        if entries:
+            entries[-1].append(line)
+    keep = [e for e in entries if e[0].split(":")[0].strip() not in ("shards", *exclude)]
+    return "\n".join(line for entry in keep for line in entry)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def documents_pipe_options(*, exclude: Sequence[str] = ()) -> Callable[[F], F]:
+    """Appends :func:`pipe_options_doc` to an entry point's docstring, so that
+    ``help(aisio.webdataset_dataloader)`` shows every option it takes, not a pointer."""
+
+    def document(fn: F) -> F:
+        fn.__doc__ = (f"{(fn.__doc__ or '').rstrip()}\n\n    Pipeline options (the "
+                      f"``**pipe_options``, the same for every loader):\n"
+                      f"{pipe_options_doc(exclude)}\n")
+        return fn
+
+    return document
 
 
 def samples_pipe(source: IterDataPipe, spec: PipelineSpec, *, shuffle: bool = True
@@ -336,9 +372,10 @@ class EpochShuffle(IterDataPipe):
 
 
 class DropLast(IterDataPipe):
-    """Passes ``(value, position)`` pairs on, except that the samples of this reader's last,
-    incomplete batch (fewer than ``batch_size`` kept samples) become skipped ones: their
-    positions still travel to the training loop, so the epoch's record stays complete."""
+    """Passes ``(value, position, version)`` items on, except that the samples of this
+    reader's last, incomplete batch (fewer than ``batch_size`` kept samples) become skipped
+    ones: their positions still travel to the training loop, so the epoch's record stays
+    complete."""
 
     def __init__(self, source: IterDataPipe, batch_size: int) -> None:
         self.source = source
@@ -347,29 +384,45 @@ class DropLast(IterDataPipe):
     def __iter__(self) -> Iterator[Any]:
         held: list[Any] = []
         kept = 0
-        for value, position in self.source:
-            held.append((value, position))
-            if value is not SKIPPED:
+        for item in self.source:
+            held.append(item)
+            if item[0] is not SKIPPED:
                 kept += 1
                 if kept == self.batch_size:
                     yield from held
                     held, kept = [], 0
-        yield from ((SKIPPED, position) for _, position in held)
+        yield from ((SKIPPED, *rest) for _, *rest in held)
 
 
 class Pack(IterDataPipe):
     """Yields :class:`~aisio.core.epoch.Delivery` items: ``(value, position, version)`` batched
-    and collated as the spec says, each delivery with the positions of its samples."""
+    and collated as the spec says, each delivery with the positions of its samples. A batch
+    that cannot be collated because its images differ in size raises
+    :class:`~aisio.core.collate.MixedShapesError` naming the shards and samples."""
 
-    def __init__(self, source: IterDataPipe, spec: PipelineSpec) -> None:
+    def __init__(self, source: IterDataPipe, spec: PipelineSpec,
+                 shards: Sequence[ObjectRef] = ()) -> None:
         self.source = source
         self.spec = spec
+        self.shards = shards
 
     def __iter__(self) -> Iterator[Delivery]:
         spec = self.spec
-        return ship_errors(pack(
-            self.source, batch_size=spec.batch_size,
-            collate=default_collate if spec.batch_size and spec.collate else None))
+        if not (spec.batch_size and spec.collate):
+            return ship_errors(pack(self.source, batch_size=spec.batch_size))
+        kept: deque[tuple[int, int, int, bool]] = deque(maxlen=spec.batch_size)
+
+        def watched() -> Iterator[Any]:
+            for item in self.source:  # (value, position, version)
+                if is_kept(item[0]):
+                    kept.append(item[1])  # pack() collates the last len(batch) of these
+                yield item
+
+        def names(n: int) -> list[str]:
+            return [sample_name(self.shards, p) for p in list(kept)[-n:]]
+
+        return ship_errors(pack(watched(), batch_size=spec.batch_size,
+                                collate=BatchCollate(default_collate, names)))
 
 
 def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int,
@@ -389,4 +442,4 @@ def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int,
         samples.map(stage))
     if spec.drop_last and spec.batch_size:
         samples = DropLast(samples, spec.batch_size)
-    return Pack(samples, spec)
+    return Pack(samples, spec, tasks.shards)

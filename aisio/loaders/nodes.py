@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from aisio.core.collate import BatchCollate, sample_name
 from aisio.core.epoch import (
     Failure,
     Positioned,
@@ -31,8 +32,8 @@ from aisio.core.errors import AISIOError, LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
 from aisio.core.parse import parse_streams
 from aisio.core.spec import PipelineSpec, check_options
-from aisio.core.stages import SKIPPED
-from aisio.datapipes.pipeline import shard_names
+from aisio.core.stages import SKIPPED, is_kept
+from aisio.datapipes.pipeline import documents_pipe_options, shard_names
 from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
 from aisio.runtime.workers import EndsWithParent
 
@@ -110,9 +111,10 @@ class _Staged:
             return Failure.of(exc)
 
 
-def _deliver(collate: Any, drop_last: int, pin: bool, batch: Any) -> Any:
+def _deliver(collate: Any, shards: Sequence[Any], drop_last: int, pin: bool, batch: Any) -> Any:
     """Packs a batch (or one) of ``(value, position, version)`` into a delivery; a batch that
-    holds a :class:`Failure` is that failure (the epoch ends with its error). With
+    holds a :class:`Failure` is that failure (the epoch ends with its error), and one whose
+    images differ in size raises MixedShapesError naming its shards and samples. With
     ``drop_last`` (the batch size), a shorter batch (the rank's last) delivers only its
     positions; with ``pin``, the delivery goes through nodes' ``PinMemory``."""
     items = batch if isinstance(batch, list) else [batch]
@@ -121,6 +123,9 @@ def _deliver(collate: Any, drop_last: int, pin: bool, batch: Any) -> Any:
         return failure
     if drop_last and len(items) < drop_last:
         items = [(SKIPPED, *rest) for _, *rest in items]
+    if collate is not None:
+        names = [sample_name(shards, item[1]) for item in items if is_kept(item[0])]
+        collate = BatchCollate(collate, lambda n: names[-n:])
     delivery = pack_batch(items, collate=collate)
     if not isinstance(batch, list) and not delivery.empty:
         delivery.value = delivery.value[0]  # no batch_size: the item itself, as elsewhere
@@ -142,30 +147,40 @@ _REFUSED = {
 }
 
 
+@documents_pipe_options(exclude=("resampled",))
 def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "thread",
                            seed: int | None = None, uneven: str = "drop",
                            prefetch_factor: int = 2, **pipe_options: Any) -> ResumableLoader:
     """Returns aisio's pipeline on ``torchdata.nodes``: :class:`ShardSamples` (this rank's
     shards) -> ``ParallelMapper`` (decode) -> ``Batcher`` -> ``Mapper`` (tuples, collate) ->
-    ``Prefetcher`` -> ``Loader``, resumable mid-epoch on any number of workers and ranks.
+    ``Prefetcher`` -> ``Loader``, resumable mid-epoch on any number of workers and ranks
+    (torchdata >= 0.10). Shards and samples are shuffled by default (``shuffle_buffer=1000``
+    per rank: see below; ``shuffle_buffer=0`` keeps each shard's order).
 
     The graph is built once; each epoch resets it with that epoch's shards (nodes'
     ``ParallelMapper`` starts its threads, or processes, at each reset).
 
     Args:
-        shards: as for :func:`aisio.webdataset_pipe`.
+        shards: a template (``"ais://b/train-{0000..0099}.tar"``), an object, a bucket or
+            prefix (``"ais://b/train/"``, listed once), a list of them, or SDK objects.
         num_workers: decode in this many threads or processes (``method``); 0: inline.
         method: ``"thread"`` or ``"process"`` (nodes' ``ParallelMapper``).
-        seed, uneven: as for :func:`aisio.webdataset_dataloader`.
+        seed: makes the shuffles reproducible (each epoch still reshuffles).
+        uneven: with torch.distributed, ``"drop"`` (every rank stops when the first runs out,
+            so DDP never hangs) or ``"keep"`` (every sample once; ranks may stop apart).
         prefetch_factor: batches kept ready.
-        **pipe_options: as for :func:`aisio.webdataset_pipe` (with ``drop_last``: the rank's
-            last, short batch), and DataLoader's ``in_order``, ``multiprocessing_context``
+        **pipe_options: the pipeline options below (with ``drop_last``: the rank's last,
+            short batch), and DataLoader's ``in_order``, ``multiprocessing_context``
             (for ``method="process"``), ``pin_memory`` and ``pin_memory_device`` (nodes'
             ``PinMemory``; without an accelerator, a warning and nothing pinned, as torch's
             DataLoader does).
 
     Raises:
         ConfigError: an option it does not take, named with the one to use.
+
+    Example:
+        >>> loader = webdataset_node_loader("ais://b/train-{000..099}.tar", decode="torchrgb",
+        ...     tuple_fields="png cls", batch_size=64, num_workers=2)   # doctest: +SKIP
     """
     if _Node is None:
         raise LoaderUnavailableError(
@@ -200,7 +215,7 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
             if num_workers else Mapper(node, stage))
     if spec.batch_size:
         node = Batcher(node, spec.batch_size, drop_last=False)
-    node = Mapper(node, partial(_deliver, collate if spec.batch_size else None,
+    node = Mapper(node, partial(_deliver, collate if spec.batch_size else None, refs,
                                 (spec.batch_size or 0) if spec.drop_last else 0, pin))
     node = Prefetcher(node, prefetch_factor or 2)
     if pin:

@@ -24,7 +24,7 @@ from aisio.core.errors import ConfigError, LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
 from aisio.core.plan import EpochPlan
 from aisio.core.spec import PipelineSpec, check_options
-from aisio.datapipes.pipeline import epoch_pipe, shard_names
+from aisio.datapipes.pipeline import documents_pipe_options, epoch_pipe, shard_names
 from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
 from aisio.runtime.workers import worker_init_fn
 
@@ -129,6 +129,7 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
                                          sync=drop_sync(uneven)), uneven)
 
 
+@documents_pipe_options(exclude=("resampled",))
 def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
                           uneven: str = "drop", **options: Any) -> ResumableLoader:
     """Returns aisio's pipeline on ``torch.utils.data.DataLoader``: batches from AIStore
@@ -136,15 +137,17 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
 
     Its worker processes start with the first epoch and live until
     :meth:`~aisio.ResumableLoader.shutdown` (``persistent_workers=False``: each epoch).
+    Shards and samples are shuffled by default (``shuffle_buffer=1000`` per worker: see
+    below; ``shuffle_buffer=0`` keeps each shard's order).
 
     Args:
-        shards: as for :func:`aisio.webdataset_pipe`.
+        shards: a template (``"ais://b/train-{0000..0099}.tar"``), an object, a bucket or
+            prefix (``"ais://b/train/"``, listed once), a list of them, or SDK objects.
         num_workers: DataLoader worker processes (0: read in the training process).
         seed: makes the shuffles reproducible (each epoch still reshuffles).
         uneven: with torch.distributed, ``"drop"`` (every rank stops when the first runs out,
             so DDP never hangs) or ``"keep"`` (every sample once; ranks may stop apart).
-        **options: as for :func:`aisio.webdataset_pipe` (decode, tuple_fields, batch_size,
-            shuffle_buffer, on_error, drop_last, ...), and DataLoader's ``pin_memory``,
+        **options: the pipeline options below, and DataLoader's ``pin_memory``,
             ``pin_memory_device``, ``persistent_workers`` (default True), ``prefetch_factor``
             (default 2), ``multiprocessing_context``, ``timeout``, ``in_order`` and
             ``worker_init_fn``, passed to it.
@@ -160,13 +163,20 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
                    seed=seed, uneven=uneven, **options)
 
 
+@documents_pipe_options(exclude=("resampled",))
 def webdataset_stateful_loader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
                                uneven: str = "drop", **options: Any) -> ResumableLoader:
     """Returns aisio's pipeline on torchdata's ``StatefulDataLoader`` (torchdata >= 0.8).
 
     Takes the options of :func:`webdataset_dataloader` (``in_order`` with torchdata >= 0.10).
     The resume state is aisio's (what the training loop received, across ranks and any new
-    topology), not StatefulDataLoader's per-worker snapshot.
+    topology), not StatefulDataLoader's per-worker snapshot. Shards and samples are shuffled
+    by default (``shuffle_buffer=1000`` per worker: see below; ``shuffle_buffer=0`` keeps each
+    shard's order).
+
+    Example:
+        >>> loader = webdataset_stateful_loader("ais://b/train-{000..099}.tar",
+        ...     decode="torchrgb", tuple_fields="png cls", batch_size=64)   # doctest: +SKIP
     """
     try:
         from torchdata.stateful_dataloader import StatefulDataLoader

@@ -1,6 +1,6 @@
 """The ``aisio`` command: explore buckets and shards, run a local AIStore.
 
-``ls``, ``stat``, ``get``, ``cat``, ``head``, ``preview``, ``playground`` and ``etl``
+``ls``, ``stat``, ``get``, ``cat``, ``head``, ``preview``, ``put``, ``playground`` and ``etl``
 (:mod:`aisio.tools.etl_cli`). The
 endpoint comes from ``--endpoint``, else ``AIS_ENDPOINT``. User mistakes end in one line on stderr
 naming the fix and a non-zero exit (2 for a misused command line, 1 for the rest), never a
@@ -27,6 +27,7 @@ from aisio.tools.display import Progress, human_bytes, text_table
 
 if TYPE_CHECKING:
     from aisio.core.client import ObjectReader
+    from aisio.tools.preview import Samples
 
 _NO_ENDPOINT = (
     "no AIStore endpoint: pass --endpoint http://host:port or set AIS_ENDPOINT; for a local "
@@ -118,13 +119,14 @@ def _open(args: argparse.Namespace) -> ObjectReader:
     """Returns a stream over the object ``args`` names (errors before any byte is written)."""
     from aisio.core.client import client_for
     from aisio.core.etl import read_url
-    from aisio.core.sources import one_object
+    from aisio.core.sources import explained, one_object
     from aisio.core.urls import to_etl
 
     path = one_object(args.object)
     client = client_for(_config(args))
     etl = to_etl(args.etl)
-    return client.open(read_url(client.endpoint, path, etl), name=path.uri(), etl=etl)
+    return explained(client, path, lambda: client.open(read_url(client.endpoint, path, etl),
+                                                       name=path.uri(), etl=etl))
 
 
 def _pump(stream: ObjectReader, out: IO[bytes], label: str) -> int:
@@ -177,33 +179,45 @@ def _head(args: argparse.Namespace) -> int:
     views = head(args.shard, args.n, config=_config(args), etl=args.etl)
     if args.json:
         print(dumps(views))
+    else:
+        rows = [[v.key, ", ".join(f"{k} {human_bytes(n)}" for k, n in v.sizes().items()),
+                 v.label() or ""] for v in views]
+        print(text_table(["KEY", "FIELDS", "LABEL"], rows))
+        print(f"{len(views)} sample(s) from the start of {args.shard}")
+    return _unreadable_rest(views, args.shard)
+
+
+def _unreadable_rest(views: Samples, shard: str) -> int:
+    """Says on stderr where a shard stopped being readable (exit 1), after what was shown."""
+    if views.problem is None:
         return 0
-    rows = [[v.key, ", ".join(f"{k} {human_bytes(n)}" for k, n in v.sizes().items()),
-             v.label() or ""] for v in views]
-    print(text_table(["KEY", "FIELDS", "LABEL"], rows))
-    print(f"{len(views)} sample(s) from the start of {args.shard}")
-    return 0
+    print(f"aisio: error: only {len(views)} sample(s) of {shard} could be read: "
+          f"{' '.join(str(views.problem).split())}", file=sys.stderr)
+    return 1
 
 
 def _preview(args: argparse.Namespace) -> int:
-    from aisio.tools.preview import head, image_grid
+    from aisio.tools.grid import image_format, render_grid, save_image
+    from aisio.tools.preview import head
 
+    image_format(args.output)  # refuse an extension no image format has before any read
     views = head(args.shard, args.n, config=_config(args), etl=args.etl)
     fields = args.field or None
     if not any(v.image_fields() for v in views) and fields is None:
         found = sorted({f for v in views for f in v.fields})
         raise _Fail(f"the first {len(views)} sample(s) of {args.shard} have no image field "
                     f"(fields: {', '.join(found) or 'none'}); name one with --field")
-    fig = image_grid(views, image_fields=fields, label_field=args.label, cols=args.cols)
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
+    grid = render_grid(views, image_fields=fields, label_field=args.label, cols=args.cols,
+                       cell=2 * args.dpi)
     try:
-        fig.savefig(args.output, format="png", dpi=args.dpi)
+        fmt = save_image(grid.image, args.output)
     except OSError as exc:
         raise _Fail(f"cannot write {args.output}: {exc.strerror or exc}") from exc
-    print(f"wrote {args.output}: {len(views)} sample(s) of {args.shard}")
-    return 0
+    print(f"wrote {args.output} ({fmt}): {grid.cells} image(s) of {len(views)} sample(s) of "
+          f"{args.shard}")
+    for bad in grid.unreadable:
+        print(f"aisio: marked in the grid, does not decode: {bad}", file=sys.stderr)
+    return _unreadable_rest(views, args.shard)
 
 
 def _playground(args: argparse.Namespace) -> int:
@@ -265,11 +279,34 @@ def _endpoint_problem(argv: Sequence[str], exc: AISIOError) -> str | None:
     except requests.RequestException:
         return None
     if answer.ok:
-        return None  # an AIStore (or something that answers like one): exc says it all
+        return _target_problem(endpoint, where)  # an AIStore node: a proxy, or a target?
     kind = answer.headers.get("Content-Type", "").split(";")[0] or "no content type"
     return (f"{endpoint} is not an AIStore endpoint: GET /v1/health answered HTTP "
             f"{answer.status_code} ({kind}); check {where} (`aisio playground status` shows "
             "a local cluster's endpoint)")
+
+
+def _target_problem(endpoint: str, where: str) -> str | None:
+    """Returns a sentence when ``endpoint`` is an AIStore target rather than a proxy (targets
+    serve reads, but refuse listings with "invalid UUID"), naming the cluster's proxy."""
+    import requests
+
+    base = endpoint.rstrip("/")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            node = requests.get(f"{base}/v1/daemon", params={"what": "snode"}, timeout=3,
+                                verify=False).json()
+            if node.get("daemon_type") != "target":
+                return None
+            smap = requests.get(f"{base}/v1/daemon", params={"what": "smap"}, timeout=3,
+                                verify=False).json()
+    except (requests.RequestException, ValueError, AttributeError):
+        return None
+    proxy = ((smap or {}).get("proxy_si") or {}).get("public_net", {}).get("direct_url")
+    use = f"use the proxy, {proxy}" if proxy else "use a proxy's URL"
+    return (f"{endpoint} is an AIStore storage target, not a proxy (the gateway aisio talks "
+            f"to): {use} ({where})")
 
 
 # ---- parser -----------------------------------------------------------------------------------
@@ -314,17 +351,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--etl", help="read the shard through this ETL")
     p.set_defaults(func=_head)
 
-    p = add("preview", "render the images of a shard's first samples to a PNG grid")
+    p = add("preview", "render the images of a shard's first samples to an image grid")
     p.add_argument("shard", help="ais://bucket/shard.tar")
-    p.add_argument("-o", "--output", default="preview.png", help="PNG file (default %(default)s)")
+    p.add_argument("-o", "--output", default="preview.png",
+                   help="image file; its extension picks the format: .png, .jpg, .webp, ... "
+                   "(default %(default)s)")
     p.add_argument("-n", type=_positive, default=16, help="samples (default 16)")
     p.add_argument("--field", action="append", help="image field(s) to draw (default: all)")
     p.add_argument("--label", help="label field (default: cls, class, label or txt)")
     p.add_argument("--cols", type=_positive, help="images per row (default up to 8)")
-    p.add_argument("--dpi", type=_positive, default=100, help="resolution (default 100)")
+    p.add_argument("--dpi", type=_positive, default=100,
+                   help="resolution: cells of 2 x DPI pixels (default 100)")
     p.add_argument("--etl", help="read the shard through this ETL")
     p.set_defaults(func=_preview)
 
+    from aisio.tools.put import add_command as add_put  # its own module: `aisio put`
+
+    add_put(add)
 
     pg = sub.add_parser("playground", help="run a local AIStore (1 proxy, N targets) on 127.0.0.1")
     pg_sub = pg.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -17,8 +17,8 @@ from typing import Any
 
 from aisio.core.client import Client, client_for
 from aisio.core.config import AISConfig, resolve_config
-from aisio.core.sources import expand
-from aisio.core.urls import SCHEMES, Bucket, parse_ais_url
+from aisio.core.sources import expand, explained, one_object, resolve_one
+from aisio.core.urls import SCHEMES, Bucket
 from aisio.tools.display import html_table, human_bytes, human_count, plural, text_table
 
 #: Extensions counted as shards in :class:`BucketSummary` (the rest are plain objects).
@@ -129,7 +129,7 @@ def ls(
     Example:
         >>> ls("ais://bucket/train-{0000..0009}.tar", endpoint=endpoint)   # doctest: +SKIP
     """
-    path = parse_ais_url(source)
+    path = resolve_one(source, listing=True)[0].path  # the one rule for names (core.sources)
     client = _client(endpoint, config)
     props = "name,size" + (",version,checksum,atime" if long else "")
     wanted: dict[str, int] | None = None
@@ -182,9 +182,15 @@ def list_buckets(*, endpoint: str | None = None, config: AISConfig | None = None
 
 def stat(source: str, *, endpoint: str | None = None,
          config: AISConfig | None = None) -> dict[str, str]:
-    """Returns an object's properties (size, version, checksum, atime, ...) as strings."""
-    path = parse_ais_url(source)
-    return _client(endpoint, config).head_object(path)
+    """Returns an object's properties (size, version, checksum, atime, ...) as strings.
+
+    Raises:
+        InvalidURLError: ``source`` names a bucket, a prefix ending in '/' or a template.
+        ObjectNotFoundError: no such object (saying so when other names start with it).
+    """
+    path = one_object(source)
+    client = _client(endpoint, config)
+    return explained(client, path, lambda: client.head_object(path))
 
 
 # ---- summaries -------------------------------------------------------------------------------

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from aisio.core.config import AISConfig, resolve_config
 from aisio.core.decode import IMAGE_EXTENSIONS, _extension, field_names
-from aisio.core.errors import ConfigError, DecodeError
-from aisio.core.sources import one_object
-from aisio.core.urls import ETL
-from aisio.datapipes.pipes import AISFileLoader, WebDatasetParser
+from aisio.core.errors import ConfigError, DataError, DecodeError
+from aisio.core.fetch import ErrorPolicy, Fetcher
+from aisio.core.parse import parse_streams
+from aisio.core.sources import ObjectRef, one_object
+from aisio.core.urls import ETL, to_etl
 from aisio.tools.display import escape, html_table, human_bytes, thumbnail_uri
 
 if TYPE_CHECKING:
@@ -108,10 +109,18 @@ class SampleView:
 
 
 class Samples(list[SampleView]):
-    """A list of :class:`SampleView` that Jupyter shows as one table (a row per sample)."""
+    """A list of :class:`SampleView` that Jupyter shows as one table (a row per sample).
+
+    Attributes:
+        problem: when the shard could not be read to the ``n``-th sample (truncated, corrupt),
+            the error that stopped it; the samples before it are in the list.
+    """
+
+    problem: DataError | None = None
 
     def __repr__(self) -> str:
-        return "\n".join(s.describe() for s in self) or "(no samples)"
+        text = "\n".join(s.describe() for s in self) or "(no samples)"
+        return text + (f"\n! {self.problem}" if self.problem is not None else "")
 
     def _repr_html_(self) -> str:
         rows = []
@@ -120,22 +129,29 @@ class Samples(list[SampleView]):
             fields = ", ".join(f"{f} ({human_bytes(n)})" for f, n in s.sizes().items())
             rows.append([s.key, fields, s.label() or "", thumbs])
         caption = f"{len(self)} sample(s) from {self[0].url}" if self else "no samples"
+        footer = f"stopped: {self.problem}" if self.problem is not None else ""
         return html_table(["key", "fields", "label", "images"], rows, caption=caption,
-                          raw_columns=(3,))
+                          raw_columns=(3,), footer=footer)
 
 
 def iter_shard(shard: str, *, endpoint: str | None = None, config: AISConfig | None = None,
                etl: ETL | str | None = None) -> Generator[dict[str, Any], None, None]:
-    """Yields the raw samples of one shard as it streams; closing the generator stops the GET."""
-    path = one_object(shard)
-    # The same loader and parser as training pipelines; closing this generator closes the GET.
-    yield from WebDatasetParser(AISFileLoader([path.uri()], config=resolve_config(endpoint, config),
-                                              etl=etl))
+    """Yields the raw samples of one shard as it streams; closing the generator stops the GET.
+
+    The same reader and parser as the training pipelines, through the core: no torch import
+    (which alone took seconds of ``aisio head``).
+    """
+    ref = ObjectRef(one_object(shard))
+    fetcher = Fetcher(resolve_config(endpoint, config), to_etl(etl))
+    yield from parse_streams([(ref.uri(), fetcher.open(ref))], ErrorPolicy())
 
 
 def head(shard: str, n: int = 5, *, endpoint: str | None = None,
          config: AISConfig | None = None, etl: ETL | str | None = None) -> Samples:
     """Returns the first ``n`` samples of a shard (only that much of it is read).
+
+    When the shard turns out truncated or corrupt after some samples, those are returned, with
+    the error in ``.problem``; when not even one sample is readable, the error is raised.
 
     Example:
         >>> head("ais://bucket/train-0000.tar", 3, endpoint=endpoint)   # doctest: +SKIP
@@ -150,6 +166,10 @@ def head(shard: str, n: int = 5, *, endpoint: str | None = None,
             out.append(SampleView.of(sample))
             if len(out) >= n:
                 break
+    except DataError as exc:  # a truncated or corrupt shard: keep what was readable
+        if not out:
+            raise
+        out.problem = exc
     finally:
         samples.close()
     return out
@@ -183,9 +203,10 @@ def image_grid(samples: Sequence[SampleView] | Iterable[dict[str, Any]], *,
         cols: images per row (default: up to 8).
         cell: inches per image.
 
+    An image field that does not decode is drawn as a cell saying so ("cannot decode").
+
     Raises:
         ConfigError: matplotlib is not installed.
-        DecodeError: an image field does not decode.
     """
     try:
         from matplotlib.figure import Figure
@@ -204,8 +225,12 @@ def image_grid(samples: Sequence[SampleView] | Iterable[dict[str, Any]], *,
     for ax in axes.flat:
         ax.set_axis_off()
     for ax, (view, field) in zip(axes.flat, cells, strict=False):
-        array, cmap = _pixels(view, field)
-        ax.imshow(array, cmap=cmap, interpolation="nearest")
+        try:
+            array, cmap = _pixels(view, field)
+        except DecodeError:  # show the rest, and mark this one
+            ax.text(0.5, 0.5, "cannot decode", ha="center", va="center", color="red")
+        else:
+            ax.imshow(array, cmap=cmap, interpolation="nearest")
         ax.set_title(_cell_title(view, field, label_field, cell), fontsize=8)
     if not cells:
         axes[0][0].text(0.5, 0.5, "no image fields", ha="center", va="center")

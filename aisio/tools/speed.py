@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +50,7 @@ class Bottleneck:
 
 
 def _per_batch(batches: Iterable[Any], n: int, skip: int, fn: Callable[[Any], Any] | None
-               ) -> float:
+               ) -> tuple[float, int]:
     iterator = iter(batches)
     for batch in itertools.islice(iterator, skip):
         if fn is not None:
@@ -63,7 +64,7 @@ def _per_batch(batches: Iterable[Any], n: int, skip: int, fn: Callable[[Any], An
     if not done:
         raise ValueError("the loader yielded no batches after the warm-up; lower warmup= or "
                          "give it more data")
-    return (time.perf_counter() - start) / done
+    return (time.perf_counter() - start) / done, done
 
 
 def bottleneck(loader: Iterable[Any], step: Callable[[Any], Any], batches: int = 50, *,
@@ -75,7 +76,9 @@ def bottleneck(loader: Iterable[Any], step: Callable[[Any], Any], batches: int =
             iterated twice (it must start over each time, as loaders do per epoch).
         step: your training step, called with one batch (synchronise the GPU inside it, e.g.
             ``torch.cuda.synchronize()``, or the timing only sees the launch).
-        batches: batches timed in each of the three runs.
+        batches: batches timed in each of the three runs (each run is one pass over the
+            loader: an epoch shorter than ``warmup + batches`` warns, and the timings rest on
+            the batches it had).
         warmup: batches run first and not timed (worker start-up, first-batch latency).
 
     Example:
@@ -86,11 +89,18 @@ def bottleneck(loader: Iterable[Any], step: Callable[[Any], Any], batches: int =
     """
     if batches < 1:
         raise ValueError(f"batches={batches} must be at least 1")
-    loader_alone = _per_batch(loader, batches, warmup, None)
-    streamed = _per_batch(loader, batches, warmup, step)
+    loader_alone, done = _per_batch(loader, batches, warmup, None)
+    streamed, done_streamed = _per_batch(loader, batches, warmup, step)
+    done = min(done, done_streamed)
+    if done < batches:
+        warnings.warn(
+            f"bottleneck(): the loader's epoch gave only {done} batch(es) after the {warmup} "
+            f"warm-up batch(es), not batches={batches}: each timing rests on {done}, and "
+            "includes the epoch's start (workers, first reads); give it more data or pass "
+            f"batches={done} or fewer", stacklevel=2)
     held = next(iter(loader))
-    cached = _per_batch(itertools.repeat(held), batches, warmup, step)
-    return Bottleneck(loader_alone, streamed, cached, batches)
+    cached, _ = _per_batch(itertools.repeat(held), done, warmup, step)
+    return Bottleneck(loader_alone, streamed, cached, done)
 
 
 __all__ = ["Bottleneck", "bottleneck"]

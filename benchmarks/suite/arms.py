@@ -217,11 +217,13 @@ def aisio_dl2(job: Job) -> Pass:
     workers = int(job.options.get("workers", 2))
     if job.kind == "decode":
         pipe = webdataset_pipe(job.ais_names(), url=job.endpoint, shuffle_shards=False,
+                               shuffle_buffer=0,
                                decode=job.options.get("decode", "torchrgb8"),
                                decode_threads=int(job.options.get("threads", 0)),
                                tuple_fields=("jpg", "cls"), batch_size=32)
     else:
         pipe = webdataset_pipe(job.ais_names(), url=job.endpoint, shuffle_shards=False,
+                               shuffle_buffer=0,
                                batch_size=int(job.options.get("batch", 64)), collate=False)
     from aisio.datapipes.dataloader2 import make_loader
 

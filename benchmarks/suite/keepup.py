@@ -84,7 +84,8 @@ def run_keepup(job: KeepUpJob) -> dict[str, Any]:
     for workers in job.workers:
         loader = webdataset_loader(list(job.shards), url=job.endpoint, decode="torchrgb",
                                    tuple_fields=("jpg", "cls"), batch_size=job.batch,
-                                   num_workers=workers, seed=0)
+                                   num_workers=workers, seed=0,
+                                   shuffle_buffer=0)  # as recorded: no sample shuffle
         try:
             batches = _endless(loader)
             cached = next(batches)

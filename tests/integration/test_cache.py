@@ -138,3 +138,21 @@ def test_objects_that_name_no_version_nor_checksum_are_not_cached(
         assert proxy.object_gets == 2  # each pass read the object from the cluster
     assert len(first) == 4
     assert _entries(cache.directory) == []
+
+
+def test_samples_name_their_cached_shard_as_webdataset_does(
+        ais_endpoint: str, ais_client: Client, bucket: Bucket, cache: aisio.ShardCache) -> None:
+    import tarfile
+
+    ais_client.put_object(AISPath(bucket, "s.tar"), _shard(b"a"))
+    pipe = aisio.webdataset_pipe(bucket.uri("s.tar"), url=ais_endpoint, cache=cache,
+                                 shuffle_buffer=0)
+    first = list(pipe)  # read from the cluster, into the cache
+    (entry,) = _entries(cache.directory)
+    again = list(pipe)  # from the cache
+    assert {s["__local_path__"] for s in first} == {s["__local_path__"] for s in again} == {
+        str(entry)}
+    with tarfile.open(entry) as tar:  # a tar, as webdataset's cached shards are
+        assert [m.name for m in tar.getmembers()] == [f"k{i}.bin" for i in range(4)]
+    uncached = list(aisio.webdataset_pipe(bucket.uri("s.tar"), url=ais_endpoint))
+    assert all("__local_path__" not in s for s in uncached)

@@ -17,6 +17,7 @@ from PIL import Image
 from aisio.core.client import Client
 from aisio.core.urls import AISPath, Bucket
 from aisio.tools.cli import main
+from tests.conftest import tar_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 ODD = "odd <name> & \"q\" 'x'.bin"
@@ -182,3 +183,117 @@ def test_as_a_process_a_mistake_prints_no_traceback(ais_endpoint: str, bucket: B
     assert proc.stderr.startswith(f"aisio: error: object {bucket.uri('missing')} does not exist")
 
 
+
+
+# ---- issue #19: a CLI without rough edges ----------------------------------------------------
+def test_an_unclosed_brace_is_an_error_not_an_empty_listing(cli: Run, bucket: Bucket,
+                                                           filled: dict[str, bytes]) -> None:
+    code, out, err = cli("ls", bucket.uri("shards/train-{0..2.tar"))
+    assert code == 1 and out == b""
+    assert err.count("\n") == 1 and "unmatched '{'" in err and "shard-{0000..0099}" in err
+
+
+def test_stat_of_a_bucket_and_a_remote_bucket_say_what_is_wrong(
+        cli: Run, bucket: Bucket, filled: dict[str, bytes]) -> None:
+    code, _, err = cli("stat", bucket.uri())
+    assert code == 1 and "HTTP 400" not in err and "is not one object" in err
+    assert "aisio ls" in err
+    code, _, err = cli("stat", "s3://aisio-no-such-bucket/x")
+    assert code == 1 and "object" not in err.split("(server")[0]
+    assert err.startswith("aisio: error: bucket s3://aisio-no-such-bucket cannot be reached")
+
+
+def test_an_endpoint_that_is_a_target_names_the_proxy(cli: Run, ais_endpoint: str,
+                                                      bucket: Bucket,
+                                                      filled: dict[str, bytes]) -> None:
+    import requests
+
+    smap = requests.get(f"{ais_endpoint}/v1/daemon", params={"what": "smap"}, timeout=5).json()
+    target = next(iter(smap["tmap"].values()))["public_net"]["direct_url"]
+    code, _, err = cli("ls", bucket.uri(), "--endpoint", target)
+    assert code == 1 and "invalid UUID" not in err and err.count("\n") == 1
+    assert f"{target} is an AIStore storage target, not a proxy" in err
+    assert f"use the proxy, {ais_endpoint}" in err
+
+
+def test_a_name_that_is_only_a_prefix_says_what_was_meant(cli: Run, ais_endpoint: str,
+                                                          bucket: Bucket,
+                                                          filled: dict[str, bytes]) -> None:
+    import aisio
+
+    code, out, _ = cli("ls", bucket.uri("shards/train-"))  # a lister: a prefix
+    assert code == 0 and b"3 objects" in out
+    code, _, err = cli("head", bucket.uri("shards/train-"))  # a reader: one object
+    assert code == 1 and f"did you mean the template {bucket.uri('shards/train-{0..2}.tar')}" in err
+    code, _, err = cli("stat", bucket.uri("shards"))
+    assert code == 1 and f"did you mean the prefix {bucket.uri('shards/')}" in err
+    with pytest.raises(aisio.ObjectNotFoundError, match="did you mean the prefix"):
+        list(aisio.webdataset_pipe(bucket.uri("shards"), url=ais_endpoint))
+
+
+@pytest.mark.parametrize(("name", "magic"), [("grid.jpg", b"\xff\xd8\xff"),
+                                             ("grid.webp", b"RIFF"), ("grid", b"\x89PNG")])
+def test_preview_writes_the_format_its_name_says(cli: Run, bucket: Bucket, tmp_path: Path,
+                                                 filled: dict[str, bytes], name: str,
+                                                 magic: bytes) -> None:
+    code, _, _ = cli("preview", bucket.uri("shards/train-0.tar"), "-o", str(tmp_path / name))
+    assert code == 0 and (tmp_path / name).read_bytes().startswith(magic)
+
+
+def test_preview_refuses_a_name_no_image_format_has(cli: Run, bucket: Bucket, tmp_path: Path,
+                                                    filled: dict[str, bytes]) -> None:
+    code, _, err = cli("preview", bucket.uri("shards/train-0.tar"), "-o", str(tmp_path / "g.txt"))
+    assert code == 1 and "'.txt'" in err and ".jpg" in err and not (tmp_path / "g.txt").exists()
+
+
+def test_preview_marks_a_corrupt_image_and_head_shows_a_truncated_shards_good_samples(
+        cli: Run, ais_client: Client, bucket: Bucket, tmp_path: Path) -> None:
+    whole = tar_bytes([member for i in range(8) for member in (
+        (f"s{i:03d}.png", png(20 * i) if i != 1 else b"bad"), (f"s{i:03d}.cls", b"%d" % i))])
+    ais_client.put_object(AISPath(bucket, "one-bad.tar"), whole)
+    ais_client.put_object(AISPath(bucket, "cut.tar"), whole[: 4 * 2048 + 600])  # in sample 4
+    code, out, err = cli("preview", bucket.uri("one-bad.tar"), "-o", str(tmp_path / "g.png"))
+    assert code == 0 and "8 image(s)" in out.decode()
+    assert "does not decode: s001.png" in err
+    code, out, err = cli("head", bucket.uri("cut.tar"), "-n", "20")
+    lines = out.decode().splitlines()
+    assert code == 1 and lines[1].startswith("s000") and len(lines) >= 4
+    assert "could be read" in err and "truncated" in err
+
+
+def test_put_uploads_folders_in_parallel_and_a_rerun_resumes(
+        cli: Run, ais_client: Client, bucket: Bucket, tmp_path: Path) -> None:
+    src = tmp_path / "shards"
+    (src / "val").mkdir(parents=True)
+    for i in range(5):
+        (src / f"train-{i}.tar").write_bytes(shard_bytes(2 + i))
+    (src / "val" / "val-0.tar").write_bytes(shard_bytes(3))
+    code, out, _ = cli("put", str(src), bucket.uri("data/"), "-j", "3")
+    assert code == 0 and "put 6 files" in out.decode() and "skipped 0" in out.decode()
+    for name in ["train-0.tar", "train-4.tar", "val/val-0.tar"]:
+        assert ais_client.get_bytes(AISPath(bucket, f"data/{name}")) == (src / name).read_bytes()
+    # A rerun (after an interruption, say) sends only what is missing or differs.
+    ais_client.request("DELETE", f"{ais_client.endpoint}/v1/objects/{bucket.name}/data/"
+                       "train-1.tar", name="x", what="deleting").close()
+    changed = bytearray((src / "train-2.tar").read_bytes())
+    changed[600] ^= 0xFF  # same size, other bytes: the checksum tells
+    (src / "train-2.tar").write_bytes(bytes(changed))
+    code, out, err = cli("put", str(src), bucket.uri("data/"))
+    assert "skipping 4 files already in the bucket" in err
+    assert code == 0 and "put 2 files" in out.decode() and "skipped 4 already there" in out.decode()
+    assert ais_client.get_bytes(AISPath(bucket, "data/train-2.tar")) == bytes(changed)
+    code, out, _ = cli("put", str(src), bucket.uri("data/"), "--force")
+    assert code == 0 and "put 6 files" in out.decode()
+    code, out, _ = cli("put", str(src / "train-0.tar"), bucket.uri("exact.tar"))
+    assert code == 0 and ais_client.head_object(AISPath(bucket, "exact.tar"))["size"]
+
+
+def test_put_mistakes_are_one_line(cli: Run, bucket: Bucket, tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.tar").write_bytes(b"x")
+    code, _, err = cli("put", str(tmp_path / "a"), bucket.uri("data"))
+    assert code == 1 and "end it with '/'" in err and err.count("\n") == 1
+    code, _, err = cli("put", str(tmp_path / "missing"), bucket.uri())
+    assert code == 1 and "no such file or folder" in err
+    code, _, err = cli("put", str(tmp_path / "a"), "ais://b/s-{0..1}.tar")
+    assert code == 1 and "is a template" in err

@@ -7,6 +7,7 @@ import io
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -235,3 +236,51 @@ def test_the_articles_call_signature_is_accepted(ais_endpoint: str) -> None:
     assert lister.etl == aisio.ETL("resize")
     with pytest.raises(ValueError, match="not both"):
         aisio.AISSourceLister(ais_sources=[bucket], etl="a", etl_name="b", url=ais_endpoint)
+
+
+def readme_section(title: str) -> list[tuple[str, str]]:
+    """Returns the ``(language, code)`` blocks of the README section with this title."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```(python|bash)\n(.*?)```", section, flags=re.S)
+
+
+def test_readme_folder_of_images_to_shards_in_a_bucket(
+        ais_endpoint: str, new_bucket: Callable[[], str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from PIL import Image
+
+    for c, name in enumerate(("cat", "dog")):
+        (tmp_path / "photos" / name).mkdir(parents=True)
+        for i in range(20):
+            Image.new("RGB", (24, 20), (100 * c, 5 * i, 0)).save(
+                tmp_path / "photos" / name / f"{i}.jpg")
+    bucket = new_bucket()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AIS_ENDPOINT", ais_endpoint)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    blocks = readme_section("From a folder of images to shards in a bucket")
+    assert [lang for lang, _ in blocks] == ["python", "bash", "python"]
+    namespace: dict[str, object] = {}
+    outputs = []
+    for lang, code in blocks:
+        code = code.replace("ais://bucket", bucket)
+        if lang == "python":
+            exec(compile(code, "README.md", "exec"), namespace)
+            continue
+        for line in code.splitlines():
+            argv = shlex.split(line.split("  #")[0])
+            assert argv[0] == "aisio"
+            done = subprocess.run([sys.executable, "-m", "aisio", *argv[1:]], env=env,
+                                  capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+            outputs.append(done.stdout)
+    assert len(list((tmp_path / "shards").glob("train-*.tar"))) == 1
+    assert "put 1 file" in outputs[0] and f"{bucket}/train/train-0000.tar" in outputs[1]
+    assert outputs[2].splitlines()[-1].startswith("3 sample(s)")
+    images, labels = namespace["images"], namespace["labels"]
+    assert tuple(images.shape) == (16, 3, 20, 24)  # type: ignore[attr-defined]
+    assert set(labels.tolist()) <= {0, 1}  # type: ignore[attr-defined]
+    again = subprocess.run([sys.executable, "-m", "aisio", "put", "shards/", f"{bucket}/train/"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert "put 0 files (0 B)" in again.stdout and "skipped 1 already there" in again.stdout

@@ -91,6 +91,29 @@ def test_resume_mid_epoch_on_other_worker_counts(make: Any, ais_endpoint: str,
         resumed.shutdown()
 
 
+def _in_shard_order(batch: list[str], keys: list[str]) -> bool:
+    at = [keys.index(k) for k in batch]
+    return at == list(range(at[0], at[0] + len(at)))
+
+
+def test_samples_are_shuffled_by_default_and_zero_turns_it_off(
+        make: Any, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+    """The README's quick start (no shuffle_buffer given) trains shuffled on every loader."""
+    template, keys = shards
+    first = {}
+    for buffer in (None, 0):
+        extra = {} if buffer is None else {"shuffle_buffer": buffer}
+        loader = make(template, url=ais_endpoint, tuple_fields=("__key__", "cls"), batch_size=6,
+                      num_workers=2, seed=0, **extra)
+        try:
+            batches = list(loader)  # the whole epoch: no reader left running in the background
+            first[buffer] = list(batches[0][0])
+        finally:
+            loader.shutdown()
+    assert not _in_shard_order(first[None], keys), first[None]
+    assert _in_shard_order(first[0], keys), first[0]
+
+
 def test_a_state_from_another_shard_list_or_a_corrupt_file_is_refused(
         make: Any, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
     template, _ = shards

@@ -15,7 +15,7 @@ from PIL import Image
 import aisio
 from aisio.core.client import Client
 from aisio.core.urls import AISPath, Bucket
-from tests.conftest import default_loader, needs_dataloader2
+from tests.conftest import LOADERS, default_loader, needs_dataloader2, tar_bytes
 
 
 def jpeg(value: int) -> bytes:
@@ -41,7 +41,8 @@ def shards(ais_client: Client, bucket: Bucket) -> str:
 
 
 def test_corrupt_jpeg_ends_the_epoch_by_default(ais_endpoint: str, shards: str) -> None:
-    pipe = aisio.webdataset_pipe(shards, url=ais_endpoint, decode="rgb8", shuffle_shards=False)
+    pipe = aisio.webdataset_pipe(shards, url=ais_endpoint, decode="rgb8", shuffle_shards=False,
+                                 shuffle_buffer=0)
     with pytest.raises(aisio.DecodeError, match=r"'s1/0003'.*train-1\.tar"):
         list(pipe)
 
@@ -50,7 +51,8 @@ def test_corrupt_jpeg_ends_the_epoch_by_default(ais_endpoint: str, shards: str) 
 def test_decode_policy_skips_only_the_bad_sample(ais_endpoint: str, shards: str,
                                                  policy: str) -> None:
     pipe = aisio.webdataset_pipe(shards, url=ais_endpoint, decode="rgb8", shuffle_shards=False,
-                                 tuple_fields="jpg;png json cls", on_error=policy)
+                                 shuffle_buffer=0, tuple_fields="jpg;png json cls",
+                                 on_error=policy)
     if policy == "warn":
         with pytest.warns(UserWarning, match="s1/0003"):
             got = list(pipe)
@@ -117,3 +119,68 @@ def test_lambda_in_post_is_named_when_the_loader_is_built(ais_endpoint: str,
 
 def _labels(loader: Any) -> Iterator[int]:
     yield from loader
+
+
+@pytest.mark.parametrize("name", [*sorted(LOADERS), "pipe"])
+def test_images_of_different_sizes_name_their_shard_and_sample(
+        name: str, ais_endpoint: str, ais_client: Client, bucket: Bucket) -> None:
+    out = io.BytesIO()
+    with wds.TarWriter(out) as sink:
+        for i in range(4):
+            image = io.BytesIO()
+            Image.new("RGB", (8, 8) if i != 2 else (12, 10)).save(image, "PNG")
+            sink.write({"__key__": f"k{i}", "png": image.getvalue(), "cls": i})
+    ais_client.put_object(AISPath(bucket, "mixed.tar"), out.getvalue())
+    options: dict[str, Any] = dict(url=ais_endpoint, decode="torchrgb", tuple_fields="png cls",
+                                   batch_size=4, shuffle_buffer=0)
+    make = LOADERS.get(name, aisio.webdataset_pipe)
+    loader = make(bucket.uri("mixed.tar"), **options)
+    try:
+        with pytest.raises(aisio.DecodeError) as info:
+            list(loader)
+    finally:
+        if hasattr(loader, "shutdown"):
+            loader.shutdown()
+    message = str(info.value)
+    assert "differ in shape" in message and "3x10x12 in 1" in message and "3x8x8 in 3" in message
+    if name != "pipe":  # the loaders know each sample's shard and place in it
+        assert f"sample #2 of {bucket.uri('mixed.tar')}" in message
+
+
+@pytest.mark.parametrize("front", ["pipe", "loader"])
+def test_warnings_point_at_the_training_loop_and_do_not_advise_skipping(
+        front: str, ais_endpoint: str, ais_client: Client, bucket: Bucket) -> None:
+    whole = tar_bytes([(f"k{i}.cls", str(i).encode()) for i in range(20)])
+    ais_client.put_object(AISPath(bucket, "cut.tar"), whole[:8 * 1024 + 700])  # mid-header
+    if front == "pipe":
+        loader: Any = aisio.webdataset_pipe(bucket.uri("cut.tar"), url=ais_endpoint,
+                                            on_error="warn", shuffle_buffer=0)
+    else:
+        loader = default_loader(bucket.uri("cut.tar"), url=ais_endpoint, on_error="warn",
+                                shuffle_buffer=0)
+    try:
+        with pytest.warns(UserWarning, match="aisio skipped the rest of") as caught:
+            got = [s["__key__"] for s in loader]  # this line is where the warning points
+    finally:
+        if hasattr(loader, "shutdown"):
+            loader.shutdown()
+    assert got[:1] == ["k0"]
+    (warning,) = [w for w in caught if "aisio skipped" in str(w.message)]
+    assert warning.filename == __file__, warning.filename
+    assert "on_error='skip'" not in str(warning.message)
+    assert "re-upload the shard" in str(warning.message)
+
+
+@pytest.mark.parametrize("name", sorted(LOADERS))
+def test_timings_cover_the_current_epoch(name: str, ais_endpoint: str, shards: str) -> None:
+    loader = LOADERS[name](shards, url=ais_endpoint, decode="rgb8", on_error="skip",
+                           tuple_fields="jpg cls", num_workers=2, timings=True)
+    try:
+        for _ in range(2):
+            got = list(loader.timings.wait_on(loader))
+            totals = loader.timings.totals()
+            assert len(got) == 19
+            assert totals["decode_n"] == 20 and totals["parse_n"] == 60, totals
+            assert totals["wait_n"] == 19
+    finally:
+        loader.shutdown()

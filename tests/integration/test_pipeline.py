@@ -223,9 +223,9 @@ def test_decode_threads_keep_order_and_values(ais_endpoint: str,
                                               shards: tuple[str, list[str]]) -> None:
     template, keys = shards
     plain = list(aisio.webdataset_pipe(template, url=ais_endpoint, shuffle_shards=False,
-                                       decode="pil", tuple_fields=("cls",)))
+                                       shuffle_buffer=0, decode="pil", tuple_fields=("cls",)))
     threaded = list(aisio.webdataset_pipe(template, url=ais_endpoint, shuffle_shards=False,
-                                          decode="pil", decode_threads=3,
+                                          shuffle_buffer=0, decode="pil", decode_threads=3,
                                           tuple_fields=("cls",)))
     assert threaded == plain
     assert len(plain) == len(keys)

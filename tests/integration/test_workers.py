@@ -158,7 +158,8 @@ def test_stopping_early_while_a_read_stalls_returns_fast(ais_endpoint: str, num_
                      break_paths=stalled) as proxy:
         config = aisio.AISConfig(endpoint=proxy.endpoint, read_timeout=30)
         loader = default_loader(template, config=config, num_workers=num_workers,
-                                concurrency=concurrency, shuffle_shards=False)
+                                concurrency=concurrency, shuffle_shards=False,
+                                shuffle_buffer=0)  # a buffer would wait on the stalled reads
         try:
             for i, _ in enumerate(loader):
                 if i == good - 15:  # fewer left than the prefetch buffers hold: never blocks
@@ -184,7 +185,7 @@ def test_closing_a_pipe_while_its_threads_stall_returns_fast(
         # No retries: once the proxy stops, the abandoned fetch threads end at once.
         config = aisio.AISConfig(endpoint=proxy.endpoint, read_timeout=5, max_retries=0)
         samples = iter(aisio.webdataset_pipe(template, config=config, concurrency=4,
-                                             shuffle_shards=False))
+                                             shuffle_shards=False, shuffle_buffer=0))
         for _ in range(good - 5):
             next(samples)
         deadline = time.monotonic() + 10

@@ -55,3 +55,24 @@ def test_stage_times_wait_and_summary() -> None:
     totals = times.totals()
     assert totals["wait_n"] == 4 and totals["wait"] >= 0.015
     assert "training loop waited" in times.summary()
+
+
+def test_an_epoch_shorter_than_batches_warns_and_times_what_it_had() -> None:
+    with pytest.warns(UserWarning, match=r"only 10 batch\(es\).*not batches=50") as caught:
+        result = aisio.tools.bottleneck(SlowLoader(0.0, n=13), step_of(0.0), batches=50)
+    assert result.batches == 10
+    assert caught[0].filename == __file__  # the warning points at the call
+
+
+def test_stage_times_reset_leaves_out_what_came_before() -> None:
+    from aisio.core import timing
+
+    times = StageTimes.temporary()
+    timing.add("decode", 1.5, 3)
+    list(times.wait_on([1, 2]))
+    assert times.totals()["decode_n"] == 3 and times.totals()["wait_n"] == 2
+    times.reset()  # what a loader does as each epoch starts
+    timing.add("decode", 0.5, 1)
+    totals = times.totals()
+    assert totals["decode_n"] == 1 and totals["decode"] == pytest.approx(0.5)
+    assert totals["wait_n"] == 0

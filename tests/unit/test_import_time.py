@@ -27,11 +27,14 @@ def imported_modules(*args: str) -> set[str]:
     ["stat", "ais://b/o", "--endpoint", "http://127.0.0.1:9"],
     ["cat", "ais://b/o", "--endpoint", "http://127.0.0.1:9"],
     ["ls", "ais://b", "--endpoint", "http://127.0.0.1:9"],
+    ["head", "ais://b/o.tar", "--endpoint", "http://127.0.0.1:9"],
+    ["preview", "ais://b/o.tar", "-o", "/nonexistent/g.jpg", "--endpoint", "http://127.0.0.1:9"],
 ])
 def test_cli_does_not_import_torch(argv: list[str]) -> None:
     modules = imported_modules("-m", "aisio", *argv)
     assert "aisio.tools.cli" in modules
     assert not {m for m in modules if m == "torch" or m.startswith(("torch.", "torchdata"))}
+    assert "matplotlib" not in modules  # about a second; preview draws with Pillow
     # The console script's path: `from aisio.tools.cli import main`.
     modules = imported_modules("-c", "from aisio.tools.cli import main; main(['--help'])")
     assert "torch" not in modules
