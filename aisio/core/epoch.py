@@ -8,9 +8,10 @@ Framework-free bookkeeping that every front end carries the same way:
   state) into the epoch's task list, the same in every process, so that a shard split by index
   (``sharding_filter``: rank x worker) hands each task to exactly one reader.
 * Every sample carries its position ``(shard, ordinal, end, last)`` from the tar parser to the
-  training loop; batches carry their samples' positions in a :class:`Delivery`, which the front
-  end unpacks in the training process and records in an :class:`EpochProgress`. Prefetched
-  and buffered samples are not recorded, only what the loop received.
+  training loop; batches carry their samples' positions in a
+  :class:`~aisio.core.delivery.Delivery`, which the front end unpacks in the training process
+  and records in an :class:`EpochProgress`. Prefetched and buffered samples are not recorded,
+  only what the loop received.
 * :meth:`EpochProgress.state_dict` is small and JSON-serialisable: the epoch, the seed, the
   shard list's identity, the finished shards (as index ranges) and, for each shard in progress,
   the offset and ordinal of its first undelivered sample and the ordinals delivered beyond it,
@@ -25,14 +26,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
-import os
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aisio.core.errors import AISIOError, StateMismatchError
+from aisio.core.errors import StateMismatchError
 from aisio.core.sources import ObjectRef
 
 STATE_VERSION = 1
@@ -59,56 +58,6 @@ class ShardTask:
     def uri(self) -> str:
         """Returns the shard's name."""
         return self.ref.uri()
-
-
-class Delivery:
-    """An item on its way to the training loop, with the positions of the samples in it.
-
-    ``positions`` holds one ``(shard, ordinal, end, last)`` tuple per sample: the shard's index,
-    the sample's ordinal in the shard, the byte offset where the sample ends (where a reader
-    restarts after it), and whether it is the shard's last sample.
-    """
-
-    __slots__ = ("empty", "positions", "value")
-
-    def __init__(self, value: Any, positions: list[tuple[int, int, int, bool]],
-                 empty: bool = False) -> None:
-        self.value = value
-        self.positions = positions
-        #: True when it carries only the positions of skipped samples, nothing to yield
-        self.empty = empty
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Delivery, (self.value, self.positions, self.empty))
-
-    def __repr__(self) -> str:
-        return f"Delivery({len(self.positions)} sample(s))"
-
-
-class Failure:
-    """An aisio error raised in a worker, sent on as an item so that the training process
-    raises the error itself (type, message, ``url``, ``offset``, ...), not the copy that a
-    loader's worker protocol rebuilds from its message."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: AISIOError) -> None:
-        self.error = error
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Failure, (self.error,))
-
-
-def ship_errors(items: Iterable[Any]) -> Iterator[Any]:
-    """Yields ``items``; an :class:`~aisio.AISIOError` they raise ends them as a last
-    :class:`Failure` item (see :class:`~aisio.core.loop.ResumableLoader`)."""
-    try:
-        yield from items
-    except AISIOError as exc:
-        if multiprocessing.parent_process() is not None:  # (add_note is Python >= 3.11)
-            notes = [*getattr(exc, "__notes__", []), f"raised in worker process {os.getpid()}"]
-            setattr(exc, "__notes__", notes)  # noqa: B010 - typeshed has no __notes__ on 3.10
-        yield Failure(exc)
 
 
 def shard_list_id(refs: Sequence[ObjectRef]) -> str:
@@ -373,93 +322,6 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-
-
-POSITION = "__pos__"
-"""The sample field that carries ``(shard, ordinal, end, last)`` to the training process."""
-
-
-def task_samples(task: ShardTask, stream: Any) -> Iterator[dict[str, Any]]:
-    """Yields the samples of one task's stream (opened at ``task.start``), each with its
-    position in :data:`POSITION`; samples in ``task.skip`` are read but not yielded.
-
-    The last sample of the shard is held until the end of the archive is seen, so that it can
-    be marked ``last``.
-    """
-    from aisio.core.samples import group_samples_with_end
-    from aisio.core.tar import iter_tar
-
-    url = task.uri()
-    pending: dict[str, Any] | None = None
-    ordinal = task.first
-    for sample, end in group_samples_with_end(iter_tar(stream, url=url, start_offset=task.start),
-                                              url=url):
-        if pending is not None:
-            yield pending
-        pending = None
-        if ordinal not in task.skip:
-            sample[POSITION] = (task.index, ordinal, end, False)
-            pending = sample
-        ordinal += 1
-    if pending is not None:
-        index, last_ordinal, end, _ = pending[POSITION]
-        pending[POSITION] = (index, last_ordinal, end, last_ordinal == ordinal - 1)
-        yield pending
-
-
-class Positioned:
-    """Applies a per-sample stage (decode, tuple) to a sample and returns ``(value, position)``:
-    the position taken out of the sample first, the value :data:`~aisio.core.stages.SKIPPED`
-    when the stage skipped the sample (its position is still delivered, so that the shard can
-    be finished). Picklable when the stage is."""
-
-    def __init__(self, stage: Any = None) -> None:
-        self.stage = stage
-
-    def __call__(self, sample: dict[str, Any]) -> tuple[Any, tuple[int, int, int, bool]]:
-        position = sample.pop(POSITION)
-        return (self.stage(sample) if self.stage is not None else sample), position
-
-
-def pack_batch(pairs: Sequence[tuple[Any, tuple[int, int, int, bool]]], *,
-               collate: Any = None) -> Delivery:
-    """Returns a :class:`Delivery` of ``(value, position)`` pairs: the values (skipped ones
-    left out) collated with ``collate`` if given, and every position."""
-    from aisio.core.stages import SKIPPED
-
-    values = [value for value, _ in pairs if value is not SKIPPED]
-    positions = [position for _, position in pairs]
-    if not values:
-        return Delivery(None, positions, empty=True)
-    return Delivery(collate(values) if collate is not None else values, positions)
-
-
-def pack(pairs: Iterable[tuple[Any, tuple[int, int, int, bool]]], *,
-         batch_size: int | None = None, collate: Any = None) -> Iterator[Delivery]:
-    """Yields :class:`Delivery` items from ``(value, position)`` pairs: each value alone, or
-    ``batch_size`` of them collated; the positions of skipped samples travel with the next."""
-    from aisio.core.stages import SKIPPED
-
-    batch: list[Any] = []
-    positions: list[tuple[int, int, int, bool]] = []
-    for value, position in pairs:
-        positions.append(position)
-        if value is SKIPPED:
-            continue
-        if not batch_size:
-            yield Delivery(value, positions)
-            positions = []
-            continue
-        batch.append(value)
-        if len(batch) == batch_size:
-            yield Delivery(collate(batch) if collate is not None else batch, positions)
-            batch, positions = [], []
-    if batch:
-        yield Delivery(collate(batch) if collate is not None else batch, positions)
-    elif positions:
-        yield Delivery(None, positions, empty=True)
-
-
 def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Iterator[Any]:
     """Yields ``items`` shuffled through a buffer of ``size`` (as webdataset and torch do)."""
     buffer: list[Any] = []
@@ -475,21 +337,13 @@ def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Itera
 
 
 __all__ = [
-    "POSITION",
-    "Delivery",
-    "Failure",
-    "Positioned",
     "EpochProgress",
     "ShardTask",
     "check_state",
     "epoch_tasks",
     "merge_states",
-    "pack",
-    "pack_batch",
     "shard_list_id",
     "shard_order",
-    "ship_errors",
     "shuffle_buffer",
     "state_size",
-    "task_samples",
 ]

@@ -2,7 +2,7 @@
 
 A front end (DataLoader2, DataLoader, StatefulDataLoader, torchdata.nodes) gives
 :class:`ResumableLoader` one function, ``open_epoch(epoch, resume)``, that returns an iterator
-of :class:`~aisio.core.epoch.Delivery` items for that epoch (built over the epoch's
+of :class:`~aisio.core.delivery.Delivery` items for that epoch (built over the epoch's
 :class:`~aisio.core.epoch.ShardTask` list, resumed from ``resume`` when it is a state of that
 epoch). The loop unpacks each delivery in the training process, records its positions, and
 yields the value: ``state_dict()`` then describes exactly what the training loop received.
@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from aisio.core.epoch import Delivery, EpochProgress, Failure, check_state, merge_states
+from aisio.core.delivery import Delivery, Failure
+from aisio.core.epoch import EpochProgress, check_state, merge_states
 from aisio.core.errors import StateMismatchError
 from aisio.core.fetch import check_epoch
 from aisio.core.report import ErrorReport

@@ -24,14 +24,8 @@ from aisio.core.client import client_for
 from aisio.core.config import AISConfig, resolve_config
 from aisio.core.decode import Decoder, to_tuple
 from aisio.core.decode import tuple_fields as _tuple_fields
-from aisio.core.epoch import (
-    Delivery,
-    Positioned,
-    ShardTask,
-    epoch_tasks,
-    pack,
-    ship_errors,
-)
+from aisio.core.delivery import Delivery, Positioned, pack, ship_errors
+from aisio.core.epoch import ShardTask, epoch_tasks
 from aisio.core.report import ErrorReport
 from aisio.core.sources import ObjectRef, objects, resolve, resolve_one, shard_list
 from aisio.core.spec import PipelineSpec
@@ -254,7 +248,7 @@ class ShardTasks(IterDataPipe):
 
 
 class Pack(IterDataPipe):
-    """Yields :class:`~aisio.core.epoch.Delivery` items: ``(value, position)`` pairs batched
+    """Yields :class:`~aisio.core.delivery.Delivery` items: ``(value, position)`` pairs batched
     and collated as the spec says, each delivery with the positions of its samples."""
 
     def __init__(self, source: IterDataPipe, spec: PipelineSpec) -> None:

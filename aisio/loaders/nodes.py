@@ -14,14 +14,8 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any
 
-from aisio.core.epoch import (
-    Positioned,
-    ShardTask,
-    epoch_seed,
-    epoch_tasks,
-    pack_batch,
-    shuffle_buffer,
-)
+from aisio.core.delivery import Positioned, pack_batch
+from aisio.core.epoch import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
 from aisio.core.errors import LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
 from aisio.core.parse import parse_streams

@@ -2,7 +2,7 @@
 
 The model: shard ``i`` has ``sizes[i]`` samples; sample ``k`` ends at byte :func:`end_of`.
 Readers (rank x worker) take ``tasks[r::R]`` of :func:`epoch_tasks`; each reads its tasks in
-order as :func:`aisio.core.epoch.task_samples` does (:func:`read_task`). A rank's training loop
+order as :func:`aisio.core.parse.task_samples` does (:func:`read_task`). A rank's training loop
 receives its readers' streams interleaved, shuffled through a buffer and batched, and records
 each batch's positions until its cut. The per-rank states are JSON round-tripped, merged and
 resumed on another topology.
@@ -23,22 +23,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from aisio.core.delivery import POSITION, Delivery, Positioned, pack, pack_batch
 from aisio.core.epoch import (
-    POSITION,
-    Delivery,
     EpochProgress,
-    Positioned,
     ShardTask,
     check_state,
     epoch_tasks,
     merge_states,
-    pack,
-    pack_batch,
     shuffle_buffer,
     state_size,
-    task_samples,
 )
 from aisio.core.errors import StateMismatchError
+from aisio.core.parse import task_samples
 from aisio.core.sources import ObjectRef
 from aisio.core.stages import SKIPPED
 from aisio.core.urls import parse_ais_url

@@ -1,0 +1,131 @@
+"""What crosses from the readers to the training loop: deliveries, and errors as items.
+
+Every sample carries its position (:data:`POSITION`) from the tar parser to a
+:class:`Positioned` stage; :func:`pack` and :func:`pack_batch` batch ``(value, position)``
+pairs into :class:`Delivery` items, which the training process unpacks and records (see
+:class:`~aisio.core.loop.ResumableLoader`). :func:`ship_errors` turns an aisio error raised in a
+worker into a last :class:`Failure` item.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from aisio.core.errors import AISIOError
+from aisio.core.stages import SKIPPED
+
+POSITION = "__pos__"
+"""The sample field that carries ``(shard, ordinal, end, last)`` to the training process."""
+
+
+class Delivery:
+    """An item on its way to the training loop, with the positions of the samples in it.
+
+    ``positions`` holds one ``(shard, ordinal, end, last)`` tuple per sample: the shard's index,
+    the sample's ordinal in the shard, the byte offset where the sample ends (where a reader
+    restarts after it), and whether it is the shard's last sample.
+    """
+
+    __slots__ = ("empty", "positions", "value")
+
+    def __init__(self, value: Any, positions: list[tuple[int, int, int, bool]],
+                 empty: bool = False) -> None:
+        self.value = value
+        self.positions = positions
+        #: True when it carries only the positions of skipped samples, nothing to yield
+        self.empty = empty
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Delivery, (self.value, self.positions, self.empty))
+
+    def __repr__(self) -> str:
+        return f"Delivery({len(self.positions)} sample(s))"
+
+
+class Failure:
+    """An aisio error raised in a worker, sent on as an item so that the training process
+    raises the error itself (type, message, ``url``, ``offset``, ...), not the copy that a
+    loader's worker protocol rebuilds from its message."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: AISIOError) -> None:
+        self.error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Failure, (self.error,))
+
+
+def ship_errors(items: Iterable[Any]) -> Iterator[Any]:
+    """Yields ``items``; an :class:`~aisio.AISIOError` they raise ends them as a last
+    :class:`Failure` item (see :class:`~aisio.core.loop.ResumableLoader`)."""
+    try:
+        yield from items
+    except AISIOError as exc:
+        if multiprocessing.parent_process() is not None:  # (add_note is Python >= 3.11)
+            notes = [*getattr(exc, "__notes__", []), f"raised in worker process {os.getpid()}"]
+            setattr(exc, "__notes__", notes)  # noqa: B010 - typeshed has no __notes__ on 3.10
+        yield Failure(exc)
+
+
+class Positioned:
+    """Applies a per-sample stage (decode, tuple) to a sample and returns ``(value, position)``:
+    the position taken out of the sample first, the value :data:`~aisio.core.stages.SKIPPED`
+    when the stage skipped the sample (its position is still delivered, so that the shard can
+    be finished). Picklable when the stage is."""
+
+    def __init__(self, stage: Any = None) -> None:
+        self.stage = stage
+
+    def __call__(self, sample: dict[str, Any]) -> tuple[Any, tuple[int, int, int, bool]]:
+        position = sample.pop(POSITION)
+        return (self.stage(sample) if self.stage is not None else sample), position
+
+
+def pack_batch(pairs: Sequence[tuple[Any, tuple[int, int, int, bool]]], *,
+               collate: Any = None) -> Delivery:
+    """Returns a :class:`Delivery` of ``(value, position)`` pairs: the values (skipped ones
+    left out) collated with ``collate`` if given, and every position."""
+    values = [value for value, _ in pairs if value is not SKIPPED]
+    positions = [position for _, position in pairs]
+    if not values:
+        return Delivery(None, positions, empty=True)
+    return Delivery(collate(values) if collate is not None else values, positions)
+
+
+def pack(pairs: Iterable[tuple[Any, tuple[int, int, int, bool]]], *,
+         batch_size: int | None = None, collate: Any = None) -> Iterator[Delivery]:
+    """Yields :class:`Delivery` items from ``(value, position)`` pairs: each value alone, or
+    ``batch_size`` of them collated; the positions of skipped samples travel with the next."""
+    batch: list[Any] = []
+    positions: list[tuple[int, int, int, bool]] = []
+    for value, position in pairs:
+        positions.append(position)
+        if value is SKIPPED:
+            continue
+        if not batch_size:
+            yield Delivery(value, positions)
+            positions = []
+            continue
+        batch.append(value)
+        if len(batch) == batch_size:
+            yield Delivery(collate(batch) if collate is not None else batch, positions)
+            batch, positions = [], []
+    if batch:
+        yield Delivery(collate(batch) if collate is not None else batch, positions)
+    elif positions:
+        yield Delivery(None, positions, empty=True)
+
+
+__all__ = [
+    "POSITION",
+    "Delivery",
+    "Failure",
+    "Positioned",
+    "pack",
+    "pack_batch",
+    "ship_errors",
+]
