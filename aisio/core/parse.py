@@ -13,7 +13,7 @@ from aisio.core.delivery import POSITION
 from aisio.core.epoch import ShardTask
 from aisio.core.errors import AISIOError
 from aisio.core.fetch import ErrorPolicy
-from aisio.core.samples import group_samples
+from aisio.core.samples import group_samples, group_samples_with_end
 from aisio.core.tar import iter_tar
 
 
@@ -48,9 +48,6 @@ def task_samples(task: ShardTask, stream: Any) -> Iterator[dict[str, Any]]:
     The last sample of the shard is held until the end of the archive is seen, so that it can
     be marked ``last``.
     """
-    from aisio.core.samples import group_samples_with_end
-    from aisio.core.tar import iter_tar
-
     url = task.uri()
     pending: dict[str, Any] | None = None
     ordinal = task.first
