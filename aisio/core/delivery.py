@@ -2,7 +2,8 @@
 
 Every sample carries its position (:data:`POSITION`) from the tar parser to a
 :class:`Positioned` stage; :func:`pack` and :func:`pack_batch` batch ``(value, position)``
-pairs into :class:`Delivery` items, which the training process unpacks and records (see
+pairs into :class:`Delivery` items, with their positions as compact runs
+(:class:`~aisio.core.epoch.Positions`), which the training process unpacks and records (see
 :class:`~aisio.core.loop.ResumableLoader`). :func:`ship_errors` turns an aisio error raised in a
 worker into a last :class:`Failure` item.
 """
@@ -14,6 +15,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from aisio.core.epoch import Position, Positions
 from aisio.core.errors import AISIOError
 from aisio.core.stages import SKIPPED
 
@@ -24,17 +26,19 @@ POSITION = "__pos__"
 class Delivery:
     """An item on its way to the training loop, with the positions of the samples in it.
 
-    ``positions`` holds one ``(shard, ordinal, end, last)`` tuple per sample: the shard's index,
-    the sample's ordinal in the shard, the byte offset where the sample ends (where a reader
-    restarts after it), and whether it is the shard's last sample.
+    ``positions`` are the samples' :data:`~aisio.core.epoch.Position` s,
+    ``(shard, ordinal, end, last)``: the shard's index, the sample's ordinal in the shard, the
+    byte offset where the sample ends (where a reader restarts after it), and whether it is the
+    shard's last sample; kept as :class:`~aisio.core.epoch.Positions` (runs).
     """
 
     __slots__ = ("empty", "positions", "value")
 
-    def __init__(self, value: Any, positions: list[tuple[int, int, int, bool]],
+    def __init__(self, value: Any, positions: Iterable[Position] | Positions,
                  empty: bool = False) -> None:
         self.value = value
-        self.positions = positions
+        self.positions = (positions if isinstance(positions, Positions)
+                          else Positions.of(positions))
         #: True when it carries only the positions of skipped samples, nothing to yield
         self.empty = empty
 
@@ -80,12 +84,12 @@ class Positioned:
     def __init__(self, stage: Any = None) -> None:
         self.stage = stage
 
-    def __call__(self, sample: dict[str, Any]) -> tuple[Any, tuple[int, int, int, bool]]:
+    def __call__(self, sample: dict[str, Any]) -> tuple[Any, Position]:
         position = sample.pop(POSITION)
         return (self.stage(sample) if self.stage is not None else sample), position
 
 
-def pack_batch(pairs: Sequence[tuple[Any, tuple[int, int, int, bool]]], *,
+def pack_batch(pairs: Sequence[tuple[Any, Position]], *,
                collate: Any = None) -> Delivery:
     """Returns a :class:`Delivery` of ``(value, position)`` pairs: the values (skipped ones
     left out) collated with ``collate`` if given, and every position."""
@@ -96,12 +100,12 @@ def pack_batch(pairs: Sequence[tuple[Any, tuple[int, int, int, bool]]], *,
     return Delivery(collate(values) if collate is not None else values, positions)
 
 
-def pack(pairs: Iterable[tuple[Any, tuple[int, int, int, bool]]], *,
+def pack(pairs: Iterable[tuple[Any, Position]], *,
          batch_size: int | None = None, collate: Any = None) -> Iterator[Delivery]:
     """Yields :class:`Delivery` items from ``(value, position)`` pairs: each value alone, or
     ``batch_size`` of them collated; the positions of skipped samples travel with the next."""
     batch: list[Any] = []
-    positions: list[tuple[int, int, int, bool]] = []
+    positions: list[Position] = []
     for value, position in pairs:
         positions.append(position)
         if value is SKIPPED:

@@ -8,10 +8,10 @@ Framework-free bookkeeping that every front end carries the same way:
   state) into the epoch's task list, the same in every process, so that a shard split by index
   (``sharding_filter``: rank x worker) hands each task to exactly one reader.
 * Every sample carries its position ``(shard, ordinal, end, last)`` from the tar parser to the
-  training loop; batches carry their samples' positions in a
-  :class:`~aisio.core.delivery.Delivery`, which the front end unpacks in the training process
-  and records in an :class:`EpochProgress`. Prefetched and buffered samples are not recorded,
-  only what the loop received.
+  training loop; batches carry their samples' positions, compactly (:class:`Positions`: runs
+  of consecutive ordinals of one shard), in a :class:`~aisio.core.delivery.Delivery`, which the
+  front end unpacks in the training process and records in an :class:`EpochProgress` (a run
+  at a time). Prefetched and buffered samples are not recorded, only what the loop received.
 * :meth:`EpochProgress.state_dict` is small and JSON-serialisable: the epoch, the seed, the
   shard list's identity, the finished shards (as index ranges) and, for each shard in progress,
   the offset and ordinal of its first undelivered sample and the ordinals delivered beyond it,
@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +80,83 @@ def shard_order(count: int, seed: int | None, epoch: int, *, shuffle: bool) -> l
     return order
 
 
+Position = tuple[int, int, int, bool]
+"""``(shard, ordinal, end, last)``: a sample's shard index, its ordinal in the shard, the byte
+offset where it ends (where a reader restarts after it), and whether it is the shard's last."""
+
+
+class Positions:
+    """The positions of a delivery's samples, in the order they came, as columns and runs.
+
+    One int64 column each for the shard, the ordinal and the end offset, one byte per sample
+    for ``last``, and where each run starts: a run is consecutive ordinals of one shard (a
+    shard's last sample closes its run). A batch read in order is one or two runs; behind a
+    shuffle buffer most runs are one sample. It pickles as five byte strings, and
+    :meth:`EpochProgress.record` takes a run at a time, or (when runs are short) the columns
+    zipped. Iterating yields exactly the per-sample :data:`Position` tuples it was made of.
+
+    Example:
+        >>> p = Positions.of([(3, 0, 100, False), (3, 1, 180, True), (5, 7, 90, False)])
+        >>> p.starts.tolist(), list(p)[1], len(p)
+        ([0, 2], (3, 1, 180, True), 3)
+    """
+
+    __slots__ = ("ends", "lasts", "ordinals", "shards", "starts")
+
+    def __init__(self, shards: array[int], ordinals: array[int], ends: array[int],
+                 lasts: bytes, starts: array[int]) -> None:
+        self.shards = shards
+        self.ordinals = ordinals
+        self.ends = ends
+        self.lasts = lasts
+        #: the index of each run's first sample
+        self.starts = starts
+
+    @classmethod
+    def of(cls, positions: Iterable[Position]) -> Positions:
+        """Returns the compact form of per-sample positions (order and repeats kept)."""
+        columns = list(zip(*positions, strict=True))
+        if not columns:
+            return cls(array("q"), array("q"), array("q"), b"", array("q"))
+        shards, ordinals, ends = (array("q", column) for column in columns[:3])
+        lasts = bytes(map(bool, columns[3]))
+        starts = array("q", [0])
+        for i in range(1, len(shards)):
+            if (ordinals[i] != ordinals[i - 1] + 1 or shards[i] != shards[i - 1]
+                    or lasts[i - 1]):
+                starts.append(i)
+        return cls(shards, ordinals, ends, lasts, starts)
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __iter__(self) -> Iterator[Position]:
+        return zip(self.shards, self.ordinals, self.ends, map(bool, self.lasts), strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Positions):
+            return NotImplemented
+        return self.__reduce__() == other.__reduce__()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_positions, (self.shards.tobytes(), self.ordinals.tobytes(),
+                             self.ends.tobytes(), self.lasts, self.starts.tobytes()))
+
+    def __repr__(self) -> str:
+        return f"Positions({len(self)} sample(s) in {len(self.starts)} run(s))"
+
+
+def _positions(*columns: bytes) -> Positions:
+    arrays = []
+    for column in (columns[0], columns[1], columns[2], columns[4]):
+        values = array("q")
+        values.frombytes(column)
+        arrays.append(values)
+    return Positions(arrays[0], arrays[1], arrays[2], columns[3], arrays[3])
+
+
 @dataclass
 class _Partial:
     """A shard in progress: everything before ``lo`` was delivered; ``above`` past it."""
@@ -120,8 +198,12 @@ class EpochProgress:
         self.delivered = 0
         self.base: list[Any] | None = None  # [id, delivered] of the state this resumed from
 
-    def record(self, positions: Iterable[tuple[int, int, int, bool]]) -> None:
-        """Records samples as received by the training loop."""
+    def record(self, positions: Iterable[Position] | Positions) -> None:
+        """Records samples as received by the training loop: :class:`Positions` a run at a
+        time, anything else a sample at a time (the same result either way)."""
+        if isinstance(positions, Positions):
+            self._record_runs(positions)
+            return
         for shard, ordinal, end, last in positions:
             self.delivered += 1
             if shard in self.done:
@@ -141,6 +223,43 @@ class EpochProgress:
             if part.total is not None and part.lo >= part.total:
                 del self.partial[shard]
                 self.done.add(shard)
+
+    def _record_runs(self, positions: Positions) -> None:
+        """Records runs: one that continues its shard's delivered prefix (read in order) or
+        lies wholly past it costs a few operations; anything else (a repeat, a shard whose
+        last sample came earlier, out-of-order arrivals behind a shuffle buffer) goes through
+        the per-sample path, so the result is always the same."""
+        starts, count = positions.starts, len(positions)
+        if 4 * len(starts) > count:  # mostly single samples: the columns, zipped
+            self.record(iter(positions))
+            return
+        shards, ordinals, ends, lasts = (positions.shards, positions.ordinals, positions.ends,
+                                         positions.lasts)
+        for i, at in enumerate(starts):
+            stop = starts[i + 1] if i + 1 < len(starts) else count
+            shard, first, size = shards[at], ordinals[at], stop - at
+            part = self.partial.get(shard)
+            fast = size > 1 and shard not in self.done
+            if fast:
+                if part is None:
+                    part = self.partial[shard] = _Partial(0, 0)
+                fast = part.total is None and (first > part.lo
+                                               or (first == part.lo and not part.above))
+            if not fast:
+                self.record(zip(shards[at:stop], ordinals[at:stop], ends[at:stop],
+                                map(bool, lasts[at:stop]), strict=True))
+                continue
+            assert part is not None
+            self.delivered += size
+            if first == part.lo:
+                part.lo, part.offset = first + size, ends[stop - 1]
+            else:
+                part.above.update(zip(ordinals[at:stop], ends[at:stop], strict=True))
+            if lasts[stop - 1]:
+                part.total = first + size
+                if part.lo >= part.total:
+                    del self.partial[shard]
+                    self.done.add(shard)
 
     def state_dict(self) -> dict[str, Any]:
         """Returns the epoch's progress as a small JSON-serialisable dict."""
@@ -338,6 +457,8 @@ def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Itera
 
 __all__ = [
     "EpochProgress",
+    "Position",
+    "Positions",
     "ShardTask",
     "check_state",
     "epoch_tasks",
