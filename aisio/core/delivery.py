@@ -6,15 +6,22 @@ pairs into :class:`Delivery` items, with their positions as compact runs
 (:class:`~aisio.core.epoch.Positions`), which the training process unpacks and records (see
 :class:`~aisio.core.loop.ResumableLoader`). :func:`ship_errors` turns an aisio error raised in a
 worker into a last :class:`Failure` item.
+
+A delivery sent to another process through a ``multiprocessing`` queue (pickled by
+``ForkingPickler``) takes its payload through shared memory (:mod:`aisio.core.transport`):
+:meth:`Delivery.unpack` copies it out in the training process.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 from collections.abc import Iterable, Iterator, Sequence
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+from aisio.core import transport
 from aisio.core.epoch import Position, Positions
 from aisio.core.errors import AISIOError
 from aisio.core.stages import SKIPPED
@@ -36,17 +43,64 @@ class Delivery:
 
     def __init__(self, value: Any, positions: Iterable[Position] | Positions,
                  empty: bool = False) -> None:
+        #: the item; on arrival from a worker maybe still in shared memory (see :meth:`unpack`)
         self.value = value
         self.positions = (positions if isinstance(positions, Positions)
                           else Positions.of(positions))
         #: True when it carries only the positions of skipped samples, nothing to yield
         self.empty = empty
 
+    def unpack(self) -> Any:
+        """Returns the value, copied out of shared memory if it came through there."""
+        if type(self.value) is transport.Shipped:
+            self.value = self.value.open()
+        return self.value
+
+    def pin_memory(self, device: Any = None) -> Delivery:
+        """Returns the delivery with its tensors in pinned memory (torch's DataLoader calls
+        this with ``pin_memory=True``): copied straight there from shared memory."""
+        if type(self.value) is transport.Shipped:
+            value = self.value.open(pin=_can_pin())
+        else:
+            value = _pinned(self.value, device) if _can_pin() else self.value
+        return Delivery(value, self.positions, self.empty)
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (Delivery, (self.value, self.positions, self.empty))
 
     def __repr__(self) -> str:
         return f"Delivery({len(self.positions)} sample(s))"
+
+
+def _to_another_process(delivery: Delivery) -> tuple[Any, ...]:
+    """How ``multiprocessing`` queues pickle a delivery: its payload through shared memory
+    when it is worth it and a slot is free, else as it is."""
+    if not delivery.empty and type(delivery.value) is not transport.Shipped:
+        shipped = transport.export(delivery.value)
+        if shipped is not None:
+            return (Delivery, (shipped, delivery.positions))
+    return delivery.__reduce__()
+
+
+ForkingPickler.register(Delivery, _to_another_process)
+
+
+def _can_pin() -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_available()
+
+
+def _pinned(value: Any, device: Any) -> Any:
+    """Returns ``value`` with its CPU tensors pinned (in dicts, lists and tuples)."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _pinned(v, device) for k, v in value.items()}
+    if kind in (list, tuple):
+        return kind(_pinned(v, device) for v in value)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return value.pin_memory() if device is None else value.pin_memory(device)
+    return value
 
 
 class Failure:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from aisio.core import transport
 from aisio.core.delivery import Delivery, Failure
 from aisio.core.epoch import EpochProgress, check_state, merge_states
 from aisio.core.errors import StateMismatchError
@@ -105,7 +106,7 @@ class ResumableLoader:
                     raise item.error  # from a worker, with its type, message and fields
                 if isinstance(item, Delivery):
                     progress.record(item.positions)
-                    item = item.value
+                    item = item.unpack()  # out of shared memory, if it came that way
                 yielded += 1
                 yield item
         finally:
@@ -157,6 +158,7 @@ class ResumableLoader:
         """Stops the current epoch's worker processes (a new epoch starts them again)."""
         if self._close is not None:
             self._close()
+        transport.forget()  # unmap the slots of workers that may be gone
 
     def shutdown(self) -> None:
         """Same as :meth:`close` (the DataLoader2 spelling)."""
