@@ -2,8 +2,7 @@
 
 Every sample carries its position (:data:`POSITION`) from the tar parser to a
 :class:`Positioned` stage; :func:`pack` and :func:`pack_batch` batch ``(value, position)``
-pairs into :class:`Delivery` items, with their positions as compact runs
-(:class:`~aisio.core.epoch.Positions`), which the training process unpacks and records (see
+pairs into :class:`Delivery` items, which the training process unpacks and records (see
 :class:`~aisio.core.loop.ResumableLoader`). :func:`ship_errors` turns an aisio error raised in a
 worker into a last :class:`Failure` item.
 
@@ -36,17 +35,17 @@ class Delivery:
     ``positions`` are the samples' :data:`~aisio.core.epoch.Position` s,
     ``(shard, ordinal, end, last)``: the shard's index, the sample's ordinal in the shard, the
     byte offset where the sample ends (where a reader restarts after it), and whether it is the
-    shard's last sample; kept as :class:`~aisio.core.epoch.Positions` (runs).
+    shard's last sample. Pickled (on its way from a worker), they travel compactly, as
+    :class:`~aisio.core.epoch.Positions`; within one process they stay as they are.
     """
 
     __slots__ = ("empty", "positions", "value")
 
-    def __init__(self, value: Any, positions: Iterable[Position] | Positions,
+    def __init__(self, value: Any, positions: Sequence[Position] | Positions,
                  empty: bool = False) -> None:
         #: the item; on arrival from a worker maybe still in shared memory (see :meth:`unpack`)
         self.value = value
-        self.positions = (positions if isinstance(positions, Positions)
-                          else Positions.of(positions))
+        self.positions = positions
         #: True when it carries only the positions of skipped samples, nothing to yield
         self.empty = empty
 
@@ -65,8 +64,14 @@ class Delivery:
             value = _pinned(self.value, device) if _can_pin() else self.value
         return Delivery(value, self.positions, self.empty)
 
+    def compact(self) -> Positions:
+        """Returns the positions as :class:`~aisio.core.epoch.Positions` (what is pickled)."""
+        if not isinstance(self.positions, Positions):
+            self.positions = Positions.of(self.positions)
+        return self.positions
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Delivery, (self.value, self.positions, self.empty))
+        return (Delivery, (self.value, self.compact(), self.empty))
 
     def __repr__(self) -> str:
         return f"Delivery({len(self.positions)} sample(s))"
@@ -78,7 +83,7 @@ def _to_another_process(delivery: Delivery) -> tuple[Any, ...]:
     if not delivery.empty and type(delivery.value) is not transport.Shipped:
         shipped = transport.export(delivery.value)
         if shipped is not None:
-            return (Delivery, (shipped, delivery.positions))
+            return (Delivery, (shipped, delivery.compact()))
     return delivery.__reduce__()
 
 

@@ -25,7 +25,9 @@ Framework-free bookkeeping that every front end carries the same way:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import operator
 import random
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -104,12 +106,12 @@ class Positions:
     __slots__ = ("ends", "lasts", "ordinals", "shards", "starts")
 
     def __init__(self, shards: array[int], ordinals: array[int], ends: array[int],
-                 lasts: bytes, starts: array[int]) -> None:
+                 lasts: bytes, starts: array[int] | None) -> None:
         self.shards = shards
         self.ordinals = ordinals
         self.ends = ends
         self.lasts = lasts
-        #: the index of each run's first sample
+        #: the index of each run's first sample (None: not worked out, samples came shuffled)
         self.starts = starts
 
     @classmethod
@@ -118,13 +120,22 @@ class Positions:
         columns = list(zip(*positions, strict=True))
         if not columns:
             return cls(array("q"), array("q"), array("q"), b"", array("q"))
-        shards, ordinals, ends = (array("q", column) for column in columns[:3])
-        lasts = bytes(map(bool, columns[3]))
+        shard_of, ordinal_of, end_of, last_of = columns
+        count, first = len(shard_of), ordinal_of[0]
+        lasts = bytes(map(bool, last_of))
+        shards, ordinals, ends = array("q", shard_of), array("q", ordinal_of), array("q", end_of)
+        if (shard_of.count(shard_of[0]) == count and lasts.find(1, 0, count - 1) < 0
+                and ordinal_of == tuple(range(first, first + count))):
+            return cls(shards, ordinals, ends, lasts, array("q", [0]))  # one run: read in order
+        if count < 2 or ordinal_of[1] != first + 1 or shard_of[1] != shard_of[0] or lasts[0]:
+            return cls(shards, ordinals, ends, lasts, None)  # likely shuffled: no runs
+        # A run breaks before sample i when its ordinal does not follow, its shard changes, or
+        # sample i - 1 was its shard's last (computed without a Python loop per sample).
+        breaks = map(operator.or_, map(operator.or_,
+                                       map(operator.ne, ordinals[1:], map(_NEXT, ordinals)),
+                                       map(operator.ne, shards[1:], shards)), lasts)
         starts = array("q", [0])
-        for i in range(1, len(shards)):
-            if (ordinals[i] != ordinals[i - 1] + 1 or shards[i] != shards[i - 1]
-                    or lasts[i - 1]):
-                starts.append(i)
+        starts.extend(itertools.compress(range(1, count), breaks))
         return cls(shards, ordinals, ends, lasts, starts)
 
     def __len__(self) -> int:
@@ -142,19 +153,27 @@ class Positions:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_positions, (self.shards.tobytes(), self.ordinals.tobytes(),
-                             self.ends.tobytes(), self.lasts, self.starts.tobytes()))
+                             self.ends.tobytes(), self.lasts,
+                             None if self.starts is None else self.starts.tobytes()))
 
     def __repr__(self) -> str:
-        return f"Positions({len(self)} sample(s) in {len(self.starts)} run(s))"
+        runs = "" if self.starts is None else f" in {len(self.starts)} run(s)"
+        return f"Positions({len(self)} sample(s){runs})"
 
 
-def _positions(*columns: bytes) -> Positions:
+_NEXT = (1).__add__
+
+
+def _positions(shards: bytes, ordinals: bytes, ends: bytes, lasts: bytes,
+               starts: bytes | None) -> Positions:
     arrays = []
-    for column in (columns[0], columns[1], columns[2], columns[4]):
+    for column in (shards, ordinals, ends, starts):
         values = array("q")
-        values.frombytes(column)
+        if column is not None:
+            values.frombytes(column)
         arrays.append(values)
-    return Positions(arrays[0], arrays[1], arrays[2], columns[3], arrays[3])
+    return Positions(arrays[0], arrays[1], arrays[2], lasts,
+                     None if starts is None else arrays[3])
 
 
 @dataclass
@@ -230,7 +249,7 @@ class EpochProgress:
         last sample came earlier, out-of-order arrivals behind a shuffle buffer) goes through
         the per-sample path, so the result is always the same."""
         starts, count = positions.starts, len(positions)
-        if 4 * len(starts) > count:  # mostly single samples: the columns, zipped
+        if starts is None or 4 * len(starts) > count:  # mostly single samples: zipped columns
             self.record(iter(positions))
             return
         shards, ordinals, ends, lasts = (positions.shards, positions.ordinals, positions.ends,

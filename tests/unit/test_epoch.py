@@ -456,12 +456,6 @@ def record_both(deliveries: list[list[Position]], start: dict[str, Any] | None,
     return outcomes[0], outcomes[1]
 
 
-@SETTINGS
-@given(positions)
-def test_positions_are_the_per_sample_positions(pos: list[Position]) -> None:
-    compact = Positions.of(pos)
-    assert list(compact) == pos and len(compact) == len(pos)
-    assert pickle.loads(pickle.dumps(compact)) == compact
 
 
 def test_positions_of_a_batch_read_in_order_are_one_run() -> None:
@@ -507,6 +501,26 @@ def runs_of_positions(draw: st.DrawFn) -> list[Position]:
         out.extend((shard, k, end_of(shard, k) if true_ends else k * 7,
                     last and k == first + count - 1) for k in range(first, first + count))
     return out
+
+
+def run_starts(pos: list[Position]) -> list[int]:
+    """Where each run of consecutive ordinals of one shard starts (a last sample ends one)."""
+    return [i for i, (shard, ordinal, _, _) in enumerate(pos)
+            if i == 0 or (pos[i - 1][0], pos[i - 1][1] + 1, pos[i - 1][3]) != (shard, ordinal,
+                                                                                False)]
+
+
+@SETTINGS
+@given(positions | runs_of_positions())
+@example([(1, 0, 10, False), (1, 1, 20, False), (1, 5, 50, False), (1, 6, 60, False)])
+def test_positions_are_the_per_sample_positions(pos: list[Position]) -> None:
+    compact = Positions.of(pos)
+    assert list(compact) == pos and len(compact) == len(pos)
+    if compact.starts is not None:  # (None: not worked out, the samples look shuffled)
+        assert compact.starts.tolist() == run_starts(pos)
+    assert pickle.loads(pickle.dumps(compact)) == compact
+    delivery = pickle.loads(pickle.dumps(Delivery(None, pos)))  # as it leaves a worker
+    assert delivery.positions == compact
 
 
 @SETTINGS
