@@ -211,8 +211,8 @@ def _arrived(skeleton: Any, slot: Any, key: tuple[int, int, int]) -> Shipped:
             if slot is None:  # cannot happen: a slot's handle comes before its key alone
                 raise RuntimeError(f"aisio: a delivery names shared-memory slot {key}, which "
                                    "this process does not hold; report this as a bug")
-        else:  # a new slot (or a larger one in place of an older generation): keep it mapped
-            for old in [k for k in _held if k[:2] == (pid, index) and k[2] < generation]:
+        else:  # a new slot (or a larger one in its place, or a new worker's with a reused pid)
+            for old in [k for k in _held if k[:2] == (pid, index) and k[2] != generation]:
                 del _held[old]
             _held[key] = slot
             _bytes_of(slot)[1] = 1  # the worker may send its key alone from now on
