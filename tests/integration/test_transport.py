@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -22,7 +23,8 @@ from aisio.core import transport
 from aisio.core.client import Client
 from aisio.core.delivery import Delivery
 from aisio.core.urls import Bucket
-from tests.conftest import LOADERS, write_shards
+from tests.conftest import LOADERS, needs_dataloader2, write_shards
+from tests.integration.test_workers import _iterate_in_thread
 
 KIB = 1024
 
@@ -216,3 +218,39 @@ def test_every_loader_delivers_large_samples_equal(name: str, ais_endpoint: str,
         assert bool(opened) == (workers == 1 and name != "nodes"), (workers, len(opened))
     assert sorted(got[0]) == sorted(keys)
     assert got[1] == got[0]
+
+
+@needs_dataloader2
+def test_a_killed_dataloader2_worker_is_named_with_batches_in_shared_memory(
+        ais_endpoint: str, ais_client: Client, bucket: Bucket, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches through shared memory: a SIGKILLed worker is still reported as such (its slots'
+    handles crossed once, so the deliveries it queued unpickle), and leaves nothing behind."""
+    import aisio
+
+    template, _ = write_shards(ais_client, bucket, tmp_path, shards=8, per_shard=100,
+                               payload=8 * KIB)
+    loader = aisio.webdataset_loader(template, url=ais_endpoint, num_workers=2, seed=0,
+                                     batch_size=16, collate=False)
+    killed: list[int] = []
+    shipped: list[bool] = []
+    real_open = transport.Shipped.open
+    monkeypatch.setattr(transport.Shipped, "open",
+                        lambda self, **kw: shipped.append(True) or real_open(self, **kw))
+
+    def on_item(i: int) -> None:
+        if i == 20 and not killed:
+            process = loader.current.reading_service._worker_processes[1][0]
+            os.kill(process.pid, signal.SIGKILL)
+            killed.append(process.pid)
+        time.sleep(0.002)
+
+    try:
+        error = _iterate_in_thread(loader, on_item, timeout=60)
+    finally:
+        loader.shutdown()
+    assert shipped, "no batch came through shared memory"
+    assert isinstance(error, aisio.core.errors.WorkerDiedError), repr(error)
+    assert "SIGKILL" in str(error) and error.pid == killed[0]
+    gc.collect()
+    assert not _mapped_from(killed[0]) and not _shm_files(killed[0])
