@@ -8,10 +8,12 @@ Framework-free bookkeeping that every front end carries the same way:
   state) into the epoch's task list, the same in every process, so that a shard split by index
   (``sharding_filter``: rank x worker) hands each task to exactly one reader.
 * Every sample carries its position ``(shard, ordinal, end, last)`` from the tar parser to the
-  training loop; batches carry their samples' positions, compactly (:class:`Positions`: runs
-  of consecutive ordinals of one shard), in a :class:`~aisio.core.delivery.Delivery`, which the
-  front end unpacks in the training process and records in an :class:`EpochProgress` (a run
-  at a time). Prefetched and buffered samples are not recorded, only what the loop received.
+  training loop; batches carry their samples' positions in a
+  :class:`~aisio.core.delivery.Delivery` (from a worker process compactly, as
+  :class:`Positions`: columns and runs of consecutive ordinals of one shard), which the front
+  end unpacks in the training process and records in an :class:`EpochProgress` (a run at a
+  time where it can). Prefetched and buffered samples are not recorded, only what the loop
+  received.
 * :meth:`EpochProgress.state_dict` is small and JSON-serialisable: the epoch, the seed, the
   shard list's identity, the finished shards (as index ranges) and, for each shard in progress,
   the offset and ordinal of its first undelivered sample and the ordinals delivered beyond it,
