@@ -26,10 +26,11 @@ import uuid
 from collections.abc import Callable
 from typing import IO, Any
 
-from aisio.core.epoch import ShardTask, shuffle_buffer, task_samples
+from aisio.core.epoch import ShardTask, shuffle_buffer
 from aisio.core.order import OrderPlan
 from aisio.core.order_loop import Reorderer, StreamShadow
 from aisio.core.order_reader import reader_rounds
+from aisio.core.parse import task_samples
 from aisio.core.sources import ObjectRef
 from aisio.core.urls import parse_ais_url
 

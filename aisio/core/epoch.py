@@ -8,9 +8,12 @@ Framework-free bookkeeping that every front end carries the same way:
   state) into the epoch's task list, the same in every process, so that a shard split by index
   (``sharding_filter``: rank x worker) hands each task to exactly one reader.
 * Every sample carries its position ``(shard, ordinal, end, last)`` from the tar parser to the
-  training loop; batches carry their samples' positions in a :class:`Delivery`, which the front
-  end unpacks in the training process and records in an :class:`EpochProgress`. Prefetched
-  and buffered samples are not recorded, only what the loop received.
+  training loop; batches carry their samples' positions in a
+  :class:`~aisio.core.delivery.Delivery` (from a worker process compactly, as
+  :class:`Positions`: columns and runs of consecutive ordinals of one shard), which the front
+  end unpacks in the training process and records in an :class:`EpochProgress` (a run at a
+  time where it can). Prefetched and buffered samples are not recorded, only what the loop
+  received.
 * :meth:`EpochProgress.state_dict` is small and JSON-serialisable: the epoch, the seed, the
   shard list's identity, the finished shards (as index ranges) and, for each shard in progress,
   the offset and ordinal of its first undelivered sample and the ordinals delivered beyond it,
@@ -24,15 +27,16 @@ Framework-free bookkeeping that every front end carries the same way:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-import multiprocessing
-import os
+import operator
 import random
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aisio.core.errors import AISIOError, StateMismatchError
+from aisio.core.errors import StateMismatchError
 from aisio.core.sources import ObjectRef
 
 STATE_VERSION = 1
@@ -65,71 +69,6 @@ class ShardTask:
         return self.ref.uri()
 
 
-class Delivery:
-    """An item on its way to the training loop, with the positions of the samples in it.
-
-    ``positions`` holds one ``(shard, ordinal, end, last)`` tuple per sample: the shard's index,
-    the sample's ordinal in the shard, the byte offset where the sample ends (where a reader
-    restarts after it), and whether it is the shard's last sample. ``versions`` names the
-    content of the shards the samples come from (shard index -> content id), where known.
-    """
-
-    __slots__ = ("empty", "positions", "value", "versions")
-
-    def __init__(self, value: Any, positions: list[tuple[int, int, int, bool]],
-                 empty: bool = False, versions: dict[int, str] | None = None) -> None:
-        self.value = value
-        self.positions = positions
-        #: True when it carries only the positions of skipped samples, nothing to yield
-        self.empty = empty
-        self.versions = versions
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Delivery, (self.value, self.positions, self.empty, self.versions))
-
-    def __repr__(self) -> str:
-        return f"Delivery({len(self.positions)} sample(s))"
-
-
-class Failure:
-    """An aisio error raised in a worker, sent on as an item so that the training process
-    raises the error itself (type, message, ``url``, ``offset``, ...), not the copy that a
-    loader's worker protocol rebuilds from its message. ``traceback``: the worker's, as text,
-    when it was raised in another process (it becomes the error's ``__cause__``)."""
-
-    __slots__ = ("error", "traceback")
-
-    def __init__(self, error: AISIOError, traceback: str | None = None) -> None:
-        self.error = error
-        self.traceback = traceback
-
-    @classmethod
-    def of(cls, error: AISIOError) -> Failure:
-        """Returns the failure for ``error`` raised here: in a worker process, noted as such
-        and with its traceback as text (a traceback does not pickle)."""
-        if multiprocessing.parent_process() is None:
-            return cls(error)
-        import traceback
-
-        where = f"raised in worker process {os.getpid()}"
-        notes = [*getattr(error, "__notes__", []), where]  # (add_note is Python >= 3.11)
-        setattr(error, "__notes__", notes)  # noqa: B010 - typeshed has no __notes__ on 3.10
-        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        return cls(error, f"in worker process {os.getpid()}:\n{text}")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Failure, (self.error, self.traceback))
-
-
-def ship_errors(items: Iterable[Any]) -> Iterator[Any]:
-    """Yields ``items``; an :class:`~aisio.AISIOError` they raise ends them as a last
-    :class:`Failure` item (see :class:`~aisio.core.loop.ResumableLoader`)."""
-    try:
-        yield from items
-    except AISIOError as exc:
-        yield Failure.of(exc)
-
-
 def shard_list_id(refs: Sequence[ObjectRef]) -> str:
     """Returns a short identity of a shard list (its names, in order)."""
     digest = hashlib.sha256("\n".join(ref.path.uri() for ref in refs).encode())
@@ -147,6 +86,100 @@ def shard_order(count: int, seed: int | None, epoch: int, *, shuffle: bool) -> l
     if shuffle:
         random.Random(epoch_seed(seed or 0, epoch)).shuffle(order)
     return order
+
+
+Position = tuple[int, int, int, bool]
+"""``(shard, ordinal, end, last)``: a sample's shard index, its ordinal in the shard, the byte
+offset where it ends (where a reader restarts after it), and whether it is the shard's last."""
+
+
+class Positions:
+    """The positions of a delivery's samples, in the order they came, as columns and runs.
+
+    One int64 column each for the shard, the ordinal and the end offset, one byte per sample
+    for ``last``, and where each run starts: a run is consecutive ordinals of one shard (a
+    shard's last sample closes its run). A batch read in order is one or two runs; behind a
+    shuffle buffer most runs are one sample. It pickles as five byte strings, and
+    :meth:`EpochProgress.record` takes a run at a time, or (when runs are short) the columns
+    zipped. Iterating yields exactly the per-sample :data:`Position` tuples it was made of.
+
+    Example:
+        >>> p = Positions.of([(3, 0, 100, False), (3, 1, 180, True), (5, 7, 90, False)])
+        >>> p.starts.tolist(), list(p)[1], len(p)
+        ([0, 2], (3, 1, 180, True), 3)
+    """
+
+    __slots__ = ("ends", "lasts", "ordinals", "shards", "starts")
+
+    def __init__(self, shards: array[int], ordinals: array[int], ends: array[int],
+                 lasts: bytes, starts: array[int] | None) -> None:
+        self.shards = shards
+        self.ordinals = ordinals
+        self.ends = ends
+        self.lasts = lasts
+        #: the index of each run's first sample (None: not worked out, samples came shuffled)
+        self.starts = starts
+
+    @classmethod
+    def of(cls, positions: Iterable[Position]) -> Positions:
+        """Returns the compact form of per-sample positions (order and repeats kept)."""
+        columns = list(zip(*positions, strict=True))
+        if not columns:
+            return cls(array("q"), array("q"), array("q"), b"", array("q"))
+        shard_of, ordinal_of, end_of, last_of = columns
+        count, first = len(shard_of), ordinal_of[0]
+        lasts = bytes(map(bool, last_of))
+        shards, ordinals, ends = array("q", shard_of), array("q", ordinal_of), array("q", end_of)
+        if (shard_of.count(shard_of[0]) == count and lasts.find(1, 0, count - 1) < 0
+                and ordinal_of == tuple(range(first, first + count))):
+            return cls(shards, ordinals, ends, lasts, array("q", [0]))  # one run: read in order
+        if count < 2 or ordinal_of[1] != first + 1 or shard_of[1] != shard_of[0] or lasts[0]:
+            return cls(shards, ordinals, ends, lasts, None)  # likely shuffled: no runs
+        # A run breaks before sample i when its ordinal does not follow, its shard changes, or
+        # sample i - 1 was its shard's last (computed without a Python loop per sample).
+        breaks = map(operator.or_, map(operator.or_,
+                                       map(operator.ne, ordinals[1:], map(_NEXT, ordinals)),
+                                       map(operator.ne, shards[1:], shards)), lasts)
+        starts = array("q", [0])
+        starts.extend(itertools.compress(range(1, count), breaks))
+        return cls(shards, ordinals, ends, lasts, starts)
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __iter__(self) -> Iterator[Position]:
+        return zip(self.shards, self.ordinals, self.ends, map(bool, self.lasts), strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Positions):
+            return NotImplemented
+        return self.__reduce__() == other.__reduce__()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_positions, (self.shards.tobytes(), self.ordinals.tobytes(),
+                             self.ends.tobytes(), self.lasts,
+                             None if self.starts is None else self.starts.tobytes()))
+
+    def __repr__(self) -> str:
+        runs = "" if self.starts is None else f" in {len(self.starts)} run(s)"
+        return f"Positions({len(self)} sample(s){runs})"
+
+
+_NEXT = (1).__add__
+
+
+def _positions(shards: bytes, ordinals: bytes, ends: bytes, lasts: bytes,
+               starts: bytes | None) -> Positions:
+    arrays = []
+    for column in (shards, ordinals, ends, starts):
+        values = array("q")
+        if column is not None:
+            values.frombytes(column)
+        arrays.append(values)
+    return Positions(arrays[0], arrays[1], arrays[2], lasts,
+                     None if starts is None else arrays[3])
 
 
 @dataclass
@@ -191,11 +224,16 @@ class EpochProgress:
         self.base: list[Any] | None = None  # [id, delivered] of the state this resumed from
         self.versions: dict[int, str] = {}  # shard -> content id, as its reader saw it
 
-    def record(self, positions: Iterable[tuple[int, int, int, bool]],
+    def record(self, positions: Iterable[Position] | Positions,
                versions: dict[int, str] | None = None) -> None:
-        """Records samples as received by the training loop (and their shards' content)."""
+        """Records samples as received by the training loop (and their shards' content):
+        :class:`Positions` a run at a time, anything else a sample at a time (the same result
+        either way)."""
         if versions:
             self.versions.update(versions)
+        if isinstance(positions, Positions):
+            self._record_runs(positions)
+            return
         for shard, ordinal, end, last in positions:
             self.delivered += 1
             if shard in self.done:
@@ -216,6 +254,43 @@ class EpochProgress:
                 del self.partial[shard]
                 self.done.add(shard)
                 self.versions.pop(shard, None)
+
+    def _record_runs(self, positions: Positions) -> None:
+        """Records runs: one that continues its shard's delivered prefix (read in order) or
+        lies wholly past it costs a few operations; anything else (a repeat, a shard whose
+        last sample came earlier, out-of-order arrivals behind a shuffle buffer) goes through
+        the per-sample path, so the result is always the same."""
+        starts, count = positions.starts, len(positions)
+        if starts is None or 4 * len(starts) > count:  # mostly single samples: zipped columns
+            self.record(iter(positions))
+            return
+        shards, ordinals, ends, lasts = (positions.shards, positions.ordinals, positions.ends,
+                                         positions.lasts)
+        for i, at in enumerate(starts):
+            stop = starts[i + 1] if i + 1 < len(starts) else count
+            shard, first, size = shards[at], ordinals[at], stop - at
+            part = self.partial.get(shard)
+            fast = size > 1 and shard not in self.done
+            if fast:
+                if part is None:
+                    part = self.partial[shard] = _Partial(0, 0)
+                fast = part.total is None and (first > part.lo
+                                               or (first == part.lo and not part.above))
+            if not fast:
+                self.record(zip(shards[at:stop], ordinals[at:stop], ends[at:stop],
+                                map(bool, lasts[at:stop]), strict=True))
+                continue
+            assert part is not None
+            self.delivered += size
+            if first == part.lo:
+                part.lo, part.offset = first + size, ends[stop - 1]
+            else:
+                part.above.update(zip(ordinals[at:stop], ends[at:stop], strict=True))
+            if lasts[stop - 1]:
+                part.total = first + size
+                if part.lo >= part.total:
+                    del self.partial[shard]
+                    self.done.add(shard)
 
     def state_dict(self) -> dict[str, Any]:
         """Returns the epoch's progress as a small JSON-serialisable dict."""
@@ -411,125 +486,6 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-
-
-POSITION = "__pos__"
-"""The sample field that carries ``(shard, ordinal, end, last)`` to the training process."""
-
-VERSION = "__shard_version__"
-"""The sample field that carries its shard's content id (version, checksum, size) with it."""
-
-
-def task_samples(task: ShardTask, stream: Any) -> Iterator[dict[str, Any]]:
-    """Yields the samples of one task's stream (opened at ``task.start``), each with its
-    position in :data:`POSITION`; samples in ``task.skip`` are read but not yielded.
-
-    The last sample of the shard is held until the end of the archive is seen, so that it can
-    be marked ``last``.
-    """
-    from aisio.core.client import content_id
-    from aisio.core.samples import group_samples_with_end
-    from aisio.core.tar import iter_tar
-
-    url = task.uri()
-    version = content_id(stream)
-    pending: dict[str, Any] | None = None
-    ordinal = task.first
-    samples = group_samples_with_end(iter_tar(stream, url=url, start_offset=task.start), url=url)
-    try:
-        for sample, end in samples:
-            if pending is not None:
-                yield pending
-            pending = None
-            if ordinal not in task.skip:
-                sample[POSITION] = (task.index, ordinal, end, False)
-                if version is not None:
-                    sample[VERSION] = version
-                pending = sample
-            ordinal += 1
-    except AISIOError:
-        if pending is not None:  # complete (the next sample had begun), and not the last
-            yield pending
-        raise
-    if pending is not None:
-        index, last_ordinal, end, _ = pending[POSITION]
-        pending[POSITION] = (index, last_ordinal, end, last_ordinal == ordinal - 1)
-        yield pending
-
-
-class Positioned:
-    """Applies a per-sample stage (decode, tuple) to a sample and returns ``(value, position,
-    version)``: the position and the shard's content id taken out of the sample first, the
-    value :data:`~aisio.core.stages.SKIPPED` when the stage skipped the sample (its position
-    is still delivered, so that the shard can be finished). Picklable when the stage is."""
-
-    def __init__(self, stage: Any = None) -> None:
-        self.stage = stage
-
-    def __call__(self, sample: dict[str, Any]
-                 ) -> tuple[Any, tuple[int, int, int, bool], str | None]:
-        position = sample.pop(POSITION)
-        version = sample.pop(VERSION, None)
-        return (self.stage(sample) if self.stage is not None else sample), position, version
-
-
-Placed = tuple[Any, tuple[int, int, int, bool], "str | None"]
-"""A value with its sample's position and its shard's content id, as :class:`Positioned`
-returns them."""
-
-
-def _versions(triples: Iterable[Placed]) -> dict[int, str] | None:
-    """Returns the content id of each shard the samples come from (None: none known)."""
-    versions = {position[0]: version for _, position, version in triples if version}
-    return versions or None
-
-
-def pack_batch(triples: Sequence[Placed], *, collate: Any = None) -> Delivery:
-    """Returns a :class:`Delivery` of ``(value, position, version)`` triples: the values
-    (skipped ones left out) collated with ``collate`` if given, every position, and the
-    shards' content ids."""
-    from aisio.core.stages import SKIPPED
-
-    values = [value for value, _, _ in triples if value is not SKIPPED]
-    positions = [position for _, position, _ in triples]
-    if not values:
-        return Delivery(None, positions, empty=True, versions=_versions(triples))
-    return Delivery(collate(values) if collate is not None else values, positions,
-                    versions=_versions(triples))
-
-
-def pack(triples: Iterable[Placed], *, batch_size: int | None = None,
-         collate: Any = None) -> Iterator[Delivery]:
-    """Yields :class:`Delivery` items from ``(value, position, version)`` triples: each value
-    alone, or ``batch_size`` of them collated; the positions of skipped samples travel with
-    the next."""
-    from aisio.core.stages import SKIPPED
-
-    batch: list[Any] = []
-    positions: list[tuple[int, int, int, bool]] = []
-    versions: dict[int, str] = {}
-    for value, position, version in triples:
-        positions.append(position)
-        if version is not None:
-            versions[position[0]] = version
-        if value is SKIPPED:
-            continue
-        if not batch_size:
-            yield Delivery(value, positions, versions=versions or None)
-            positions, versions = [], {}
-            continue
-        batch.append(value)
-        if len(batch) == batch_size:
-            yield Delivery(collate(batch) if collate is not None else batch, positions,
-                           versions=versions or None)
-            batch, positions, versions = [], [], {}
-    if batch:
-        yield Delivery(collate(batch) if collate is not None else batch, positions,
-                       versions=versions or None)
-    elif positions:
-        yield Delivery(None, positions, empty=True, versions=versions or None)
-
-
 def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Iterator[Any]:
     """Yields ``items`` shuffled through a buffer of ``size`` (as webdataset and torch do)."""
     buffer: list[Any] = []
@@ -545,22 +501,15 @@ def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Itera
 
 
 __all__ = [
-    "POSITION",
-    "VERSION",
-    "Delivery",
-    "Failure",
-    "Positioned",
     "EpochProgress",
+    "Position",
+    "Positions",
     "ShardTask",
     "check_state",
     "epoch_tasks",
     "merge_states",
-    "pack",
-    "pack_batch",
     "shard_list_id",
     "shard_order",
-    "ship_errors",
     "shuffle_buffer",
     "state_size",
-    "task_samples",
 ]

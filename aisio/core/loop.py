@@ -2,7 +2,7 @@
 
 A front end (DataLoader2, DataLoader, StatefulDataLoader, torchdata.nodes) gives
 :class:`ResumableLoader` one function, ``open_epoch(epoch, resume)``, that returns an iterator
-of :class:`~aisio.core.epoch.Delivery` items for that epoch (built over the epoch's
+of :class:`~aisio.core.delivery.Delivery` items for that epoch (built over the epoch's
 :class:`~aisio.core.epoch.ShardTask` list, resumed from ``resume`` when it is a state of that
 epoch). The loop unpacks each delivery in the training process, records its positions, and
 yields the value: ``state_dict()`` then describes exactly what the training loop received.
@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from aisio.core.epoch import Delivery, EpochProgress, Failure, check_state, merge_states
+from aisio.core import transport
+from aisio.core.delivery import Delivery, Failure
+from aisio.core.epoch import EpochProgress, check_state, merge_states
 from aisio.core.errors import StateMismatchError, WorkerTraceback
 from aisio.core.fetch import check_epoch
 from aisio.core.report import ErrorReport
@@ -117,7 +119,7 @@ class ResumableLoader:
                     raise item.error from WorkerTraceback(item.traceback)
                 if isinstance(item, Delivery):
                     progress.record(item.positions, item.versions)
-                    item = item.value
+                    item = item.unpack()  # out of shared memory, if it came that way
                 yielded += 1
                 yield item
         finally:
@@ -172,6 +174,7 @@ class ResumableLoader:
         """Stops the loader's worker processes (the next epoch starts them again)."""
         if self._close is not None:
             self._close()
+        transport.forget()  # unmap the slots of workers that may be gone
 
     def shutdown(self) -> None:
         """Same as :meth:`close` (the DataLoader2 spelling)."""

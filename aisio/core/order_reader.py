@@ -1,7 +1,7 @@
 """The reader side of the deterministic order: one canonical stream, shards to chunks.
 
 A :class:`StreamReader` reads its stream's shards (:meth:`OrderPlan.stream_shards`) as tar
-streams with :func:`~aisio.core.epoch.task_samples`, pushes every sample through the stream's
+streams with :func:`~aisio.core.parse.task_samples`, pushes every sample through the stream's
 :class:`~aisio.core.order.DelayBuffer` and cuts what leaves into :class:`Chunk` s of
 ``q = G / K`` samples, one per round. Each chunk carries, for each of its samples, the positions
 of the samples that entered the buffer before it left: the training process replays them to
@@ -20,10 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
-from aisio.core.epoch import POSITION, ShardTask, task_samples
+from aisio.core.delivery import POSITION
+from aisio.core.epoch import ShardTask
 from aisio.core.errors import AISIOError, ObjectChangedError
 from aisio.core.fetch import ErrorPolicy
 from aisio.core.order import DelayBuffer, Input, OrderPlan
+from aisio.core.parse import task_samples
 from aisio.core.samples import group_samples_with_end
 from aisio.core.sources import ObjectRef
 from aisio.core.tar import iter_tar

@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from aisio.core.epoch import ShardTask, task_samples
+from aisio.core.client import content_id
+from aisio.core.delivery import POSITION, VERSION
+from aisio.core.epoch import ShardTask
 from aisio.core.errors import AISIOError
 from aisio.core.fetch import ErrorPolicy
-from aisio.core.samples import group_samples
+from aisio.core.samples import group_samples, group_samples_with_end
 from aisio.core.tar import iter_tar
 
 
@@ -43,6 +45,40 @@ def parse_streams(pairs: Iterable[tuple[Any, IO[bytes]]], policy: ErrorPolicy
             policy.handle(exc, url, samples=delivered)
         finally:
             stream.close()
+
+
+def task_samples(task: ShardTask, stream: Any) -> Iterator[dict[str, Any]]:
+    """Yields the samples of one task's stream (opened at ``task.start``), each with its
+    position in :data:`POSITION` and its shard's content id in :data:`VERSION`; samples in
+    ``task.skip`` are read but not yielded.
+
+    The last sample of the shard is held until the end of the archive is seen, so that it can
+    be marked ``last``; a fault in the next sample still yields the held one (it is whole).
+    """
+    url = task.uri()
+    version = content_id(stream)
+    pending: dict[str, Any] | None = None
+    ordinal = task.first
+    samples = group_samples_with_end(iter_tar(stream, url=url, start_offset=task.start), url=url)
+    try:
+        for sample, end in samples:
+            if pending is not None:
+                yield pending
+            pending = None
+            if ordinal not in task.skip:
+                sample[POSITION] = (task.index, ordinal, end, False)
+                if version is not None:
+                    sample[VERSION] = version
+                pending = sample
+            ordinal += 1
+    except AISIOError:
+        if pending is not None:  # complete (the next sample had begun), and not the last
+            yield pending
+        raise
+    if pending is not None:
+        index, last_ordinal, end, _ = pending[POSITION]
+        pending[POSITION] = (index, last_ordinal, end, last_ordinal == ordinal - 1)
+        yield pending
 
 
 def drain(stream: IO[bytes], limit: int = 1 << 20) -> None:

@@ -26,16 +26,8 @@ from aisio.core.collate import BatchCollate, sample_name
 from aisio.core.config import AISConfig, resolve_config
 from aisio.core.decode import Decoder, to_tuple
 from aisio.core.decode import tuple_fields as _tuple_fields
-from aisio.core.epoch import (
-    Delivery,
-    Positioned,
-    ShardTask,
-    epoch_seed,
-    epoch_tasks,
-    pack,
-    ship_errors,
-    shuffle_buffer,
-)
+from aisio.core.delivery import Delivery, Positioned, pack, ship_errors
+from aisio.core.epoch import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
 from aisio.core.plan import EpochPlan
 from aisio.core.report import ErrorReport
 from aisio.core.sources import ObjectRef, objects, resolve, resolve_one, shard_list
@@ -395,7 +387,7 @@ class DropLast(IterDataPipe):
 
 
 class Pack(IterDataPipe):
-    """Yields :class:`~aisio.core.epoch.Delivery` items: ``(value, position, version)`` batched
+    """Yields :class:`~aisio.core.delivery.Delivery` items: ``(value, position, version)`` batched
     and collated as the spec says, each delivery with the positions of its samples. A batch
     that cannot be collated because its images differ in size raises
     :class:`~aisio.core.collate.MixedShapesError` naming the shards and samples."""

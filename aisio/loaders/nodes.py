@@ -18,16 +18,8 @@ from typing import Any
 import torch
 
 from aisio.core.collate import BatchCollate, sample_name
-from aisio.core.epoch import (
-    Failure,
-    Positioned,
-    ShardTask,
-    epoch_seed,
-    epoch_tasks,
-    pack_batch,
-    ship_errors,
-    shuffle_buffer,
-)
+from aisio.core.delivery import Failure, Positioned, pack_batch, ship_errors
+from aisio.core.epoch import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
 from aisio.core.errors import AISIOError, LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
 from aisio.core.parse import parse_streams

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from aisio.core.epoch import Delivery
+from aisio.core.delivery import Delivery
 from aisio.core.errors import ConfigError, LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
 from aisio.core.plan import EpochPlan

@@ -2,7 +2,7 @@
 
 The model: shard ``i`` has ``sizes[i]`` samples; sample ``k`` ends at byte :func:`end_of`.
 Readers (rank x worker) take ``tasks[r::R]`` of :func:`epoch_tasks`; each reads its tasks in
-order as :func:`aisio.core.epoch.task_samples` does (:func:`read_task`). A rank's training loop
+order as :func:`aisio.core.parse.task_samples` does (:func:`read_task`). A rank's training loop
 receives its readers' streams interleaved, shuffled through a buffer and batched, and records
 each batch's positions until its cut. The per-rank states are JSON round-tripped, merged and
 resumed on another topology.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
 import random
 import tarfile
 from collections import Counter
@@ -21,25 +22,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from aisio.core.delivery import POSITION, Delivery, Positioned, pack, pack_batch
 from aisio.core.epoch import (
-    POSITION,
-    Delivery,
     EpochProgress,
-    Positioned,
+    Positions,
     ShardTask,
     check_state,
     epoch_tasks,
     merge_states,
-    pack,
-    pack_batch,
     shuffle_buffer,
     state_size,
-    task_samples,
 )
 from aisio.core.errors import StateMismatchError
+from aisio.core.parse import task_samples
 from aisio.core.sources import ObjectRef
 from aisio.core.stages import SKIPPED
 from aisio.core.urls import parse_ais_url
@@ -435,7 +433,7 @@ def test_pack_keeps_positions_aligned_with_values(pos: list[Position], batch_siz
 @given(positions)
 def test_pack_batch_keeps_positions_aligned_with_values(pos: list[Position]) -> None:
     delivery = pack_batch([(p, p, None) for p in pos])
-    assert delivery.positions == pos
+    assert list(delivery.positions) == pos
     assert delivery.empty == (not pos) or delivery.value == pos
 
 
@@ -446,6 +444,115 @@ def test_shuffle_buffer_is_a_permutation(items: list[int], size: int, rng: rando
     assert sorted(out) == sorted(items)
     if size == 1:
         assert out == items
+
+
+# -- property 7: compact positions record exactly what per-sample positions did -----------
+
+
+def record_both(deliveries: list[list[Position]], start: dict[str, Any] | None,
+                shards: Sequence[ObjectRef]) -> tuple[Any, Any]:
+    """Records each delivery into two progresses, per sample and as :class:`Positions`;
+    returns each one's outcome (its state, or the error it raised, and where)."""
+    outcomes = []
+    for compact in (False, True):
+        progress = (EpochProgress.from_state(start, shards) if start is not None
+                    else EpochProgress(shards, 0, 0))
+        recorded = 0
+        try:
+            for pos in deliveries:
+                progress.record(Positions.of(pos) if compact else pos)
+                recorded += 1
+        except AssertionError as exc:
+            outcomes.append(("raised", recorded, str(exc), progress.state_dict()))
+        else:
+            outcomes.append(("ok", progress.state_dict()))
+    return outcomes[0], outcomes[1]
+
+
+
+
+def test_positions_of_a_batch_read_in_order_are_one_run() -> None:
+    pos = [(7, k, 100 * (k + 1), k == 63) for k in range(64)]
+    compact = Positions.of(pos)
+    assert compact.starts.tolist() == [0] and len(pickle.dumps(compact)) < 2000
+    progress = EpochProgress(refs(8), 0, 0)
+    progress.record(compact)
+    assert progress.done == {7} and progress.delivered == 64
+
+
+@SETTINGS
+@given(epochs, topologies())
+def test_compact_positions_record_what_per_sample_positions_did(ep: dict[str, Any],
+                                                                topo: Topology) -> None:
+    """Realistic deliveries (readers interleaved, a shuffle buffer, batches, a resume)."""
+    sizes, shards = ep["sizes"], refs(len(ep["sizes"]))
+    tasks = epoch_tasks(shards, ep["seed"], ep["epoch"], shuffle=ep["shuffle"])
+    rng = random.Random(topo.seed)
+    streams = [[p for task in tasks[w::topo.workers] for p in read_task(task, sizes[task.index])]
+               for w in range(topo.workers)]
+    items = list(shuffle_buffer(interleave(streams, rng), topo.buffer, rng))
+    deliveries = [items[i:i + topo.batch] for i in range(0, len(items), topo.batch)]
+    cut = round(topo.cuts[0] * len(deliveries))
+    per_sample, compact = record_both(deliveries[:cut], None, shards)
+    assert per_sample == compact
+    per_sample, compact = record_both(deliveries[cut:], per_sample[-1], shards)
+    assert per_sample == compact and per_sample[0] == "ok"
+    assert per_sample[1]["partial"] == {}
+
+
+@st.composite
+def runs_of_positions(draw: st.DrawFn) -> list[Position]:
+    """Positions made of runs (consecutive ordinals of a few shards; a run may go on where the
+    one before it stopped, past a sample marked last), ends true or not."""
+    out: list[Position] = []
+    for shard, first, count, last, true_ends, go_on in draw(st.lists(st.tuples(
+            st.integers(0, 3), st.sampled_from([0, 2, 5]) | st.integers(0, 10),
+            st.integers(1, 12), st.booleans(),
+            st.booleans(), st.booleans()), max_size=5)):
+        if go_on and out:
+            shard, first = out[-1][0], out[-1][1] + 1
+        out.extend((shard, k, end_of(shard, k) if true_ends else k * 7,
+                    last and k == first + count - 1) for k in range(first, first + count))
+    return out
+
+
+def run_starts(pos: list[Position]) -> list[int]:
+    """Where each run of consecutive ordinals of one shard starts (a last sample ends one)."""
+    return [i for i, (shard, ordinal, _, _) in enumerate(pos)
+            if i == 0 or (pos[i - 1][0], pos[i - 1][1] + 1, pos[i - 1][3]) != (shard, ordinal,
+                                                                                False)]
+
+
+@SETTINGS
+@given(positions | runs_of_positions())
+@example([(1, 0, 10, False), (1, 1, 20, False), (1, 5, 50, False), (1, 6, 60, False)])
+def test_positions_are_the_per_sample_positions(pos: list[Position]) -> None:
+    compact = Positions.of(pos)
+    assert list(compact) == pos and len(compact) == len(pos)
+    if compact.starts is not None:  # (None: not worked out, the samples look shuffled)
+        assert compact.starts.tolist() == run_starts(pos)
+    assert pickle.loads(pickle.dumps(compact)) == compact
+    delivery = pickle.loads(pickle.dumps(Delivery(None, pos)))  # as it leaves a worker
+    assert delivery.positions == compact
+
+
+@SETTINGS
+@given(st.lists(positions | runs_of_positions(), max_size=6), st.booleans())
+@example([[(0, k, end_of(0, k), False) for k in range(2, 8)]], True)  # a run into a gap's end
+@example([[(4, k, end_of(4, k), k == 5) for k in range(0, 6)]], True)  # past a last sample
+def test_compact_positions_record_what_per_sample_positions_did_on_any_input(
+        deliveries: list[list[Position]], resumed: bool) -> None:
+    """Whatever arrives (repeats, gaps, a last sample early, a shard finished twice), both
+    forms leave the same state, or raise at the same delivery."""
+    shards = refs(100)
+    start = None
+    if resumed:
+        base = EpochProgress(shards, 0, 0)
+        base.record([(s, k, end_of(s, k), False) for s in (0, 1, 2) for k in (0, 1, 3, 4)])
+        base.record([(3, 0, end_of(3, 0), True), (4, 2, end_of(4, 2), True)])
+        start = json.loads(json.dumps(base.state_dict()))
+    per_sample, compact = record_both(deliveries, start, shards)
+    assert per_sample == compact
 
 
 # -- task_samples over a real tar ------------------------------------------------------------

@@ -83,7 +83,7 @@ def test_drop_last_turns_the_short_batch_into_positions_only() -> None:
 
 
 def test_a_pinned_delivery_pins_its_value_and_is_the_delivery_again() -> None:
-    from aisio.core.epoch import Delivery
+    from aisio.core.delivery import Delivery
     from aisio.loaders.torch import _pinnable
 
     class Tensorish:
