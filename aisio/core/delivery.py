@@ -3,8 +3,8 @@
 Every sample carries its position (:data:`POSITION`), and its shard's content id
 (:data:`VERSION`), from the tar parser to a :class:`Positioned` stage; :func:`pack` and
 :func:`pack_batch` batch ``(value, position, version)`` triples into :class:`Delivery` items,
-which the training process unpacks and records (see :class:`~aisio.core.loop.ResumableLoader`). :func:`ship_errors` turns an aisio error raised in a
-worker into a last :class:`Failure` item.
+which the training process unpacks and records (see :class:`~aisio.core.loop.ResumableLoader`).
+:func:`ship_errors` turns an aisio error raised in a worker into a last :class:`Failure` item.
 
 A delivery sent to another process through a ``multiprocessing`` queue (pickled by
 ``ForkingPickler``) takes its payload through shared memory (:mod:`aisio.core.transport`):
