@@ -428,14 +428,13 @@ def task_samples(task: ShardTask, stream: Any) -> Iterator[dict[str, Any]]:
     be marked ``last``.
     """
     from aisio.core.client import content_id
-    from aisio.core.samples import group_samples_with_end
-    from aisio.core.tar import iter_tar
+    from aisio.core.samples import iter_samples
 
     url = task.uri()
     version = content_id(stream)
     pending: dict[str, Any] | None = None
     ordinal = task.first
-    samples = group_samples_with_end(iter_tar(stream, url=url, start_offset=task.start), url=url)
+    samples = iter_samples(stream, url=url, start_offset=task.start, ends=True)
     try:
         for sample, end in samples:
             if pending is not None:

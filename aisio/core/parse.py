@@ -12,8 +12,7 @@ from typing import IO, Any
 from aisio.core.epoch import ShardTask, task_samples
 from aisio.core.errors import AISIOError
 from aisio.core.fetch import ErrorPolicy
-from aisio.core.samples import group_samples
-from aisio.core.tar import iter_tar
+from aisio.core.samples import iter_samples
 
 
 def parse_streams(pairs: Iterable[tuple[Any, IO[bytes]]], policy: ErrorPolicy
@@ -29,7 +28,7 @@ def parse_streams(pairs: Iterable[tuple[Any, IO[bytes]]], policy: ErrorPolicy
         delivered = 0
         try:
             samples = (task_samples(key, stream) if isinstance(key, ShardTask)
-                       else group_samples(iter_tar(stream, url=url), url=url))
+                       else iter_samples(stream, url=url))
             for sample in samples:
                 yield sample
                 delivered += 1
