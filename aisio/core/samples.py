@@ -280,10 +280,9 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool) -> Iterator[Any
                     stop -= base
                     limit = len(buf) - BLOCK if fast else -1
                 # Grouping as group_samples_with_end, with split_key's common case inlined: the
-                # first dot of the name is in the file name, not first in it; not a meta file.
+                # name's first dot is in its file name (no "/" after it), not a meta file's.
                 member_key, dot, suffix = name.partition(".")
-                if dot and member_key and name[0] != "_" and (
-                        "/" not in name or ("/" not in suffix and member_key[-1] != "/")):
+                if dot and member_key and name[0] != "_" and "/" not in suffix:
                     suffix = suffix.lower()
                 else:
                     parts = split_key(name)
