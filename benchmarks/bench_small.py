@@ -18,10 +18,11 @@ their median; the table shows the median over rounds and each checkout's ratio t
 taken round by round. An arm a checkout does not have is shown as ``-``.
 
 ``--profile ARM`` instead runs ARM under cProfile in this process and prints the top functions
-by own time as a Markdown table::
+by own time as a Markdown table (``PYTHONPATH=DIR`` profiles another checkout)::
 
     .venv/bin/python -m benchmarks.bench_small --rounds 5 --compare /tmp/old-main /tmp/rel
     .venv/bin/python -m benchmarks.bench_small --profile parse --top 12
+    PYTHONPATH=/tmp/old-main .venv/bin/python benchmarks/bench_small.py --profile parse
 """
 
 from __future__ import annotations
@@ -107,12 +108,16 @@ def _arm(name: str, endpoint: str, uri: str, local: bytes) -> Callable[[], int]:
     return arms[name]
 
 
-def child(args: argparse.Namespace) -> None:
-    """Runs one arm: a warm-up pass, then timed passes; prints JSON with the median rate."""
-    # Import aisio from PYTHONPATH only: the venv's editable finder would otherwise serve the
-    # modules an older checkout lacks (aisio.core...) from the venv's own checkout.
+def _pythonpath_only() -> None:
+    """Imports aisio from PYTHONPATH only: the venv's editable finder would otherwise serve the
+    modules an older checkout lacks (aisio.core...) from the venv's own checkout."""
     sys.meta_path[:] = [f for f in sys.meta_path
                         if not str(getattr(f, "__module__", "")).startswith("__editable__")]
+
+
+def child(args: argparse.Namespace) -> None:
+    """Runs one arm: a warm-up pass, then timed passes; prints JSON with the median rate."""
+    _pythonpath_only()
     local = Path(args.local).read_bytes()
     run = _arm(args.child, args.endpoint, args.uri, local)
     try:
@@ -241,6 +246,8 @@ def _table(trees: list[Path], arms: list[str], rates: Rates, ratios: Rates,
 def profile(args: argparse.Namespace) -> None:
     """Runs one arm under cProfile in this process (after a plain timed pass) and prints the
     top functions by own time."""
+    if os.environ.get("PYTHONPATH"):
+        _pythonpath_only()
     data = shard_bytes(args.samples)
     for endpoint in _endpoint():
         from aisio.core.client import client_for
@@ -271,12 +278,15 @@ def profile(args: argparse.Namespace) -> None:
         print("| own time % | own s | calls | function |")
         print("| ---: | ---: | ---: | --- |")
         rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)  # type: ignore[attr-defined]
+        import aisio
+
+        tree = str(Path(aisio.__file__).resolve().parent.parent)
         for (file, line, func), (_, calls, own, _, _) in rows[: args.top]:
-            where = file.replace(str(HERE) + "/", "")
+            where = file.replace(tree + "/", "").replace(str(HERE) + "/", "")
             if "site-packages/" in where:
                 where = where.split("site-packages/", 1)[1]
-            print(f"| {100 * own / total:.1f} | {own:.3f} | {calls:,} | "
-                  f"`{where}:{line}({func})` |")
+            name = func if file == "~" else f"{where}:{line}({func})"
+            print(f"| {100 * own / total:.1f} | {own:.3f} | {calls:,} | `{name}` |")
 
 
 def main(argv: list[str] | None = None) -> None:
