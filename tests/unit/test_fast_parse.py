@@ -181,3 +181,22 @@ def test_parser_keeps_one_valid_iterator_checked_per_shard() -> None:
     assert next(first)["__key__"] == "b"  # the rest of its shard
     with pytest.raises(RuntimeError, match="invalidated"):
         next(first)
+
+
+def test_stage_times_count_every_member() -> None:
+    """The one-pass reader adds its members (meta files and dot-less names too) and its time
+    to the process's stage totals, as iter_tar does."""
+    from aisio.core import timing
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(300):
+            for name in (f"k{i}.jpg", f"k{i}.cls") + (("__index__",) if i == 7 else ()):
+                info = tarfile.TarInfo(name)
+                info.size = 3
+                tar.addfile(info, io.BytesIO(b"abc"))
+    before = timing.snapshot()
+    assert len(list(iter_samples(io.BytesIO(out.getvalue()), url=URL))) == 300
+    after = timing.snapshot()
+    assert after["parse_n"] - before["parse_n"] == 601
+    assert after["parse"] >= before["parse"] and after["read"] > before["read"]
