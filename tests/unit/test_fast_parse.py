@@ -200,3 +200,28 @@ def test_stage_times_count_every_member() -> None:
     after = timing.snapshot()
     assert after["parse_n"] - before["parse_n"] == 601
     assert after["parse"] >= before["parse"] and after["read"] > before["read"]
+
+
+def test_common_members_do_not_take_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain files in the buffer are parsed by the fast path: the general reader is called only
+    for the first member (which fills the buffer) and the end of the archive (a guard against a
+    fast path that silently never applies)."""
+    from aisio.core.tar import ShardReader
+
+    calls = []
+    step = ShardReader.step
+
+    def counted(self: ShardReader) -> Any:
+        calls.append(1)
+        return step(self)
+
+    monkeypatch.setattr(ShardReader, "step", counted)
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for i in range(100):
+            for suffix in ("jpg", "cls"):
+                info = tarfile.TarInfo(f"train/{i:05d}.{suffix}")
+                info.size = 2048 if suffix == "jpg" else 1
+                tar.addfile(info, io.BytesIO(bytes(info.size)))
+    assert len(list(iter_samples(io.BytesIO(out.getvalue()), url=URL))) == 100
+    assert len(calls) == 2
