@@ -241,77 +241,87 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool) -> Iterator[Any
     tail_sum = 0
     try:
         try:
-            reader.open()
-            src = reader.src
-            buf, pos, base = src.buf, src.pos, src.base
-            limit = len(buf) - BLOCK if fast else -1
-            while True:
-                ok = False
-                if pos <= limit:
-                    (name_f, size_d, size_nul, chk_d, chk_nul, _, typeflag,
-                     prefix) = unpack_from(buf, pos)
-                    if typeflag == 0x30 and not (size_nul or chk_nul or prefix):  # "0": a file
-                        try:
-                            size = int(size_d, 8)
-                            chk = checksums[chk_d]
-                        except ValueError:
-                            size = -1
-                        data_at = pos + BLOCK
-                        stop = data_at + ((size + BLOCK - 1) & -BLOCK)
-                        if size >= 0 and stop - BLOCK <= limit:
-                            header_tail = buf[pos + 156:data_at]
-                            if header_tail != tail:
-                                tail, tail_sum = header_tail, _tail_sum(header_tail) + 8 * 0x20
-                            if (adler32(buf[pos:pos + 148], 0) & 0xFFFF) + tail_sum == chk:
-                                name = name_f.partition(b"\x00")[0].decode(
-                                    "utf-8", "surrogateescape")
-                                data = buf[data_at:data_at + size]
-                                offset = base + pos
-                                pos = stop
-                                ok = True
-                if not ok:  # anything else: the general reader, which explains every error
-                    src.pos = pos
-                    reader.last_name = name
-                    member = step()
-                    if member is None:
-                        break
-                    name, data, offset, stop = member
-                    buf, pos, base = src.buf, src.pos, src.base
-                    stop -= base
-                    limit = len(buf) - BLOCK if fast else -1
-                # Grouping as group_samples_with_end, with split_key's common case inlined: the
-                # name's first dot is in its file name (no "/" after it), not a meta file's.
-                member_key, dot, suffix = name.partition(".")
-                if dot and member_key and name[0] != "_" and "/" not in suffix:
-                    suffix = suffix.lower()
-                else:
-                    parts = split_key(name)
-                    if parts is None:
-                        members += 1
-                        continue
-                    member_key, suffix = parts
-                if member_key != key:
-                    if sample is not None:
-                        busy += clock() - resumed
-                        members += len(sample) - 2
-                        if members - counted >= 256:
-                            seconds = timer.seconds
-                            _report(busy, seconds - read_before, members - counted)
-                            busy, read_before, counted = 0.0, seconds, members
-                        yield (sample, end) if ends else sample
-                        resumed = clock()
-                    sample = {"__key__": member_key, "__url__": url}
-                    key = member_key
-                if suffix in sample:  # type: ignore[operator]
-                    duplicate = _duplicate(url, name, suffix, member_key, offset)
-                    raise duplicate
-                sample[suffix] = data  # type: ignore[index]
-                end = base + stop
-        except ShardFormatError as exc:
-            if exc is not duplicate:
-                reader.reraise(exc)
+            try:
+                reader.open()
+                src = reader.src
+                buf, pos, base = src.buf, src.pos, src.base
+                limit = len(buf) - BLOCK if fast else -1
+                while True:
+                    ok = False
+                    if pos <= limit:
+                        (name_f, size_d, size_nul, chk_d, chk_nul, _, typeflag,
+                         prefix) = unpack_from(buf, pos)
+                        if typeflag == 0x30 and not (size_nul or chk_nul or prefix):  # "0": a file
+                            try:
+                                size = int(size_d, 8)
+                                chk = checksums[chk_d]
+                            except ValueError:
+                                size = -1
+                            data_at = pos + BLOCK
+                            stop = data_at + ((size + BLOCK - 1) & -BLOCK)
+                            if size >= 0 and stop - BLOCK <= limit:
+                                header_tail = buf[pos + 156:data_at]
+                                if header_tail != tail:
+                                    tail, tail_sum = header_tail, _tail_sum(header_tail) + 8 * 0x20
+                                if (adler32(buf[pos:pos + 148], 0) & 0xFFFF) + tail_sum == chk:
+                                    name = name_f.partition(b"\x00")[0].decode(
+                                        "utf-8", "surrogateescape")
+                                    data = buf[data_at:data_at + size]
+                                    offset = base + pos
+                                    pos = stop
+                                    ok = True
+                    if not ok:  # anything else: the general reader, which explains every error
+                        src.pos = pos
+                        reader.last_name = name
+                        member = step()
+                        if member is None:
+                            break
+                        name, data, offset, stop = member
+                        buf, pos, base = src.buf, src.pos, src.base
+                        stop -= base
+                        limit = len(buf) - BLOCK if fast else -1
+                    # Grouping as group_samples_with_end, with split_key's common case inlined: the
+                    # name's first dot is in its file name (no "/" after it), not a meta file's.
+                    member_key, dot, suffix = name.partition(".")
+                    if dot and member_key and name[0] != "_" and "/" not in suffix:
+                        suffix = suffix.lower()
+                    else:
+                        parts = split_key(name)
+                        if parts is None:
+                            members += 1
+                            continue
+                        member_key, suffix = parts
+                    if member_key != key:
+                        if sample is not None:
+                            busy += clock() - resumed
+                            members += len(sample) - 2
+                            if members - counted >= 256:
+                                seconds = timer.seconds
+                                _report(busy, seconds - read_before, members - counted)
+                                busy, read_before, counted = 0.0, seconds, members
+                            yield (sample, end) if ends else sample
+                            resumed = clock()
+                        sample = {"__key__": member_key, "__url__": url}
+                        key = member_key
+                    if suffix in sample:  # type: ignore[operator]
+                        duplicate = _duplicate(url, name, suffix, member_key, offset)
+                        raise duplicate
+                    sample[suffix] = data  # type: ignore[index]
+                    end = base + stop
+            except ShardFormatError as exc:
+                if exc is not duplicate:
+                    reader.reraise(exc)
+                raise
+            reader.finish()
+        except AISIOError as exc:  # as group_samples_with_end: the sample in progress
+            if sample is not None and getattr(exc, "given_up", None) is None:
+                at = getattr(exc, "member", None)
+                parts = split_key(at) if at else None
+                if parts is not None and parts[0] != sample["__key__"]:
+                    yield (sample, end) if ends else sample  # the fault is in another sample
+                else:  # given up: more of its files may lie past the fault
+                    exc.given_up = sample["__key__"]  # type: ignore[attr-defined]
             raise
-        reader.finish()
         if sample is not None:
             busy += clock() - resumed
             members += len(sample) - 2

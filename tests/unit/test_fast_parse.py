@@ -60,12 +60,16 @@ def archives(draw: st.DrawFn) -> bytes:
 
 
 def _outcome(read: Any) -> tuple[str, Any]:
-    """Returns ``("ok", items)`` or ``("error", what the error says and carries)``."""
+    """Returns ``("ok", items)`` or ``("error", (the items yielded before the error, what the
+    error says and carries))``."""
+    items: list[Any] = []
     try:
-        return "ok", list(read())
+        for item in read():
+            items.append(item)
+        return "ok", items
     except AISIOError as exc:
-        return "error", (type(exc).__name__, str(exc), getattr(exc, "offset", None),
-                         getattr(exc, "member", None))
+        return "error", (items, type(exc).__name__, str(exc), getattr(exc, "offset", None),
+                         getattr(exc, "member", None), getattr(exc, "given_up", None))
 
 
 def _three_ways(raw: bytes, bufsize: int, start: int = 0) -> tuple[Any, Any, Any]:
