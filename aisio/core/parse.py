@@ -14,8 +14,7 @@ from aisio.core.delivery import POSITION, VERSION
 from aisio.core.epoch import ShardTask
 from aisio.core.errors import AISIOError
 from aisio.core.fetch import ErrorPolicy
-from aisio.core.samples import group_samples, group_samples_with_end
-from aisio.core.tar import iter_tar
+from aisio.core.samples import iter_samples
 
 
 def parse_streams(pairs: Iterable[tuple[Any, IO[bytes]]], policy: ErrorPolicy
@@ -34,7 +33,7 @@ def parse_streams(pairs: Iterable[tuple[Any, IO[bytes]]], policy: ErrorPolicy
         delivered = 0
         try:
             samples = (task_samples(key, stream) if isinstance(key, ShardTask)
-                       else group_samples(iter_tar(stream, url=url), url=url))
+                       else iter_samples(stream, url=url))
             for sample in samples:
                 if local is not None:
                     sample["__local_path__"] = local
@@ -59,7 +58,7 @@ def task_samples(task: ShardTask, stream: Any) -> Iterator[dict[str, Any]]:
     version = content_id(stream)
     pending: dict[str, Any] | None = None
     ordinal = task.first
-    samples = group_samples_with_end(iter_tar(stream, url=url, start_offset=task.start), url=url)
+    samples = iter_samples(stream, url=url, start_offset=task.start, ends=True)
     try:
         for sample, end in samples:
             if pending is not None:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol
 
 from aisio.core import timing
-from aisio.core.compression import known_non_tar, open_shard
+from aisio.core.compression import DecompressedStream, known_non_tar, open_shard
 from aisio.core.errors import BAD_SHARD_HINT, ShardFormatError
 
 BLOCK = 512
@@ -282,7 +282,8 @@ def iter_tar(
 
     Directories, links, devices, FIFOs and GNU long-link records are skipped; GNU long names,
     pax ``path``/``size`` records and the ustar ``prefix`` field are applied to the member that
-    follows. Names are decoded as UTF-8 (undecodable bytes become surrogate escapes).
+    follows. Names are decoded as UTF-8 (undecodable bytes become surrogate escapes). Every
+    header's checksum is verified.
 
     Reading stops at the first all-zero block (end of archive) or at a clean end of stream on a
     header boundary. A zero-byte stream (from ``start_offset`` 0) is no tar at all: an error, as
@@ -303,34 +304,41 @@ def iter_tar(
             ``offset`` and (when known) ``member`` are set.
         LoaderUnavailableError: the shard is zstd-compressed and ``zstandard`` is missing.
     """
-    if bufsize < BLOCK:
-        raise ValueError(f"bufsize must be at least {BLOCK}, got {bufsize}")
-    reader = _TimedReader(stream)
-    members = _iter_members(reader, url, start_offset, bufsize)
+    reader = ShardReader(stream, url, start_offset, bufsize)
+    timer = reader.timer
     # Stage timing (aisio.core.timing): read = inside stream.read, parse = the rest of the time
     # spent producing members; added to the process totals every 256 members and at the end.
     clock = time.perf_counter
     parse = read_before = 0.0
     count = 0
     try:
+        start = clock()
+        try:
+            reader.open()
+        finally:
+            parse += clock() - start
         while True:
             start = clock()
             try:
-                member = next(members)
-            except StopIteration:
-                return
+                member = reader.step()
+            except ShardFormatError as exc:
+                reader.reraise(exc)
+                raise
             finally:
                 parse += clock() - start
+            if member is None:
+                reader.finish()
+                return
             count += 1
             if count & 255 == 0:
-                timing.add("read", reader.seconds - read_before, 0)
-                timing.add("parse", parse - (reader.seconds - read_before), 256)
-                read_before = reader.seconds
+                timing.add("read", timer.seconds - read_before, 0)
+                timing.add("parse", parse - (timer.seconds - read_before), 256)
+                read_before = timer.seconds
                 parse = 0.0
                 timing.flush()
             yield member
     finally:
-        read = reader.seconds - read_before
+        read = timer.seconds - read_before
         timing.add("read", read, 0)
         timing.add("parse", parse - read, count & 255)
         timing.flush()
@@ -353,104 +361,131 @@ class _TimedReader:
             self.seconds += time.perf_counter() - start
 
 
-def _iter_members(
-    stream: BinaryReadable, url: str | None, start_offset: int, bufsize: int
-) -> Iterator[TarMember]:
-    """Yields the members of a plain or compressed tar stream (see :func:`iter_tar`)."""
-    if start_offset:
-        yield from _iter_plain(stream, url=url, start_offset=start_offset, bufsize=bufsize)
-        return
-    tar_stream, decompressed = open_shard(stream, url=url)
-    if decompressed is None:
-        yield from _iter_plain(tar_stream, url=url, start_offset=0, bufsize=bufsize)
-        return
-    try:
-        yield from _iter_plain(tar_stream, url=url, start_offset=0, bufsize=bufsize)
-    except ShardFormatError as exc:
+class ShardReader:
+    """One tar stream being read: its buffer, the state extended headers carry over, and the
+    general reader (:meth:`step`), which handles every header kind and every error.
+
+    :func:`iter_tar` calls :meth:`step` for each member; the fast path
+    (:func:`aisio.core.samples.iter_samples`) parses common members itself, straight from
+    ``src``, and calls :meth:`step` for everything else.
+
+    Attributes:
+        url: the shard's name, for error messages.
+        src: the buffered tar stream (set by :meth:`open`).
+        timer: the raw stream's reads, timed.
+        last_name: the last member read (named in a later header's error).
+    """
+
+    __slots__ = ("_pending", "bufsize", "decompressed", "last_name", "src", "start_offset",
+                 "stream", "timer", "url")
+
+    def __init__(self, stream: BinaryReadable, url: str | None, start_offset: int,
+                 bufsize: int) -> None:
+        self.stream = stream
+        self.url = url
+        self.start_offset = start_offset
+        self.bufsize = bufsize
+        self.timer = _TimedReader(stream)
+        self.src = _Source(self.timer.read, start_offset, bufsize)
+        self.decompressed: DecompressedStream | None = None
+        self.last_name: str | None = None
+        self._pending = _Pending()
+
+    def open(self) -> None:
+        """Checks the arguments and recognises a compressed stream (reading its first bytes)."""
+        if self.bufsize < BLOCK:
+            raise ValueError(f"bufsize must be at least {BLOCK}, got {self.bufsize}")
+        if self.start_offset:
+            return  # reopened at a member boundary: plain tar
+        tar_stream, self.decompressed = open_shard(self.timer, url=self.url)
+        self.src = _Source(tar_stream.read, 0, self.bufsize)
+
+    def reraise(self, exc: ShardFormatError) -> None:
+        """Raises what to report instead of ``exc``, an error met while reading the tar of a
+        compressed stream: the compressed stream's own fault, or ``exc`` saying that its
+        offsets count bytes of the decompressed tar. Returns when ``exc`` stands as it is."""
+        decompressed, url = self.decompressed, self.url
+        if decompressed is None:
+            return
         if decompressed.ended_early and "truncated" not in exc.message:
             decompressed.check_complete()  # the cause: the compressed stream ended early
-        if exc.message.startswith(f"shard {_where(url)} ") and "decompressed" not in exc.message:
-            head = f"shard {_where(url)} "
+        head = f"shard {_where(url)} "
+        if exc.message.startswith(head) and "decompressed" not in exc.message:
             raise ShardFormatError(
                 f"{head}({decompressed.compression}-compressed; offsets count bytes of the "
                 f"decompressed tar) {exc.message[len(head):]}",
                 url=exc.url, offset=exc.offset, member=exc.member,
             ) from exc
-        raise
-    decompressed.check_complete()
 
+    def finish(self) -> None:
+        """Raises ShardFormatError if a compressed stream ended before its end marker."""
+        if self.decompressed is not None:
+            self.decompressed.check_complete()
 
-def _iter_plain(
-    stream: BinaryReadable,
-    *,
-    url: str | None,
-    start_offset: int,
-    bufsize: int,
-) -> Iterator[TarMember]:
-    """Yields the regular files of a plain tar stream (see :func:`iter_tar`)."""
-    src = _Source(stream.read, start_offset, bufsize)
-    pending = _Pending()
-    last_name: str | None = None
-    unpack_from = _HEADER.unpack_from
-    adler32 = zlib.adler32
-    while True:
-        buf = src.buf
-        pos = src.pos
-        if len(buf) - pos < BLOCK:
-            available = src.fill(BLOCK)
+    def step(self) -> TarMember | None:
+        """Returns the next regular file at ``src``'s position (extended headers applied,
+        directories and links skipped), or None at the end of the archive."""
+        src = self.src
+        pending = self._pending
+        url = self.url
+        while True:
             buf = src.buf
-            pos = 0
-            if available < BLOCK:
-                if src.base == 0 and start_offset == 0:
-                    _check_short_object(buf[:available], url)
-                _check_clean_eof(src, available, pending, url)
-                return
-        header_offset = src.base + pos
-        name_f, size_f, chksum_f, typeflag, magic, prefix_f = unpack_from(buf, pos)
-        if chksum_f == _NO_CHECKSUM and buf[pos : pos + BLOCK] == _ZERO_BLOCK:
-            return
-        # Fast paths first; the helpers re-check strictly and explain what is wrong.
-        try:
-            chksum = int(chksum_f.partition(b"\x00")[0], 8)
-        except ValueError:
-            chksum = -1
-        if (
-            chksum
-            != (adler32(buf[pos : pos + 256], 0) & 0xFFFF)
-            + (adler32(buf[pos + 256 : pos + BLOCK], 0) & 0xFFFF)
-            - sum(chksum_f)
-            + 8 * 0x20
-        ):
-            _check_header(buf, pos, chksum_f, header_offset, last_name, url)
-        raw_name = name_f.partition(b"\x00")[0]
-        if magic == _USTAR_MAGIC and prefix_f[0]:
-            raw_name = prefix_f.partition(b"\x00")[0] + b"/" + raw_name
-        name = last_name = raw_name.decode("utf-8", "surrogateescape")
-        try:
-            size = int(size_f.partition(b"\x00")[0], 8)
-        except ValueError:
-            size = -1
-        if size < 0 or pending.pax_size is not None:
-            size = _member_size(size_f, typeflag, pending, name, header_offset, url)
-        src.pos = pos + BLOCK
-        padded = (size + BLOCK - 1) & ~(BLOCK - 1)
-        if typeflag in _REGULAR_TYPES:
-            name = last_name = pending.pax_path or pending.longname or name
-            if typeflag == b"\x00" and name.endswith("/"):
-                pending.clear()  # an old-style (V7) directory
-                continue
-            if len(buf) - pos - BLOCK >= padded:
-                data = buf[pos + BLOCK : pos + BLOCK + size]
-                src.pos = pos + BLOCK + padded
+            pos = src.pos
+            if len(buf) - pos < BLOCK:
+                available = src.fill(BLOCK)
+                buf = src.buf
+                pos = 0
+                if available < BLOCK:
+                    if src.base == 0 and self.start_offset == 0:
+                        _check_short_object(buf[:available], url)
+                    _check_clean_eof(src, available, pending, url)
+                    return None
+            header_offset = src.base + pos
+            name_f, size_f, chksum_f, typeflag, magic, prefix_f = _HEADER.unpack_from(buf, pos)
+            if chksum_f == _NO_CHECKSUM and buf[pos : pos + BLOCK] == _ZERO_BLOCK:
+                return None
+            # A quick check first; _check_header re-checks strictly and explains what is wrong.
+            try:
+                chksum = int(chksum_f.partition(b"\x00")[0], 8)
+            except ValueError:
+                chksum = -1
+            if (
+                chksum
+                != (zlib.adler32(buf[pos : pos + 256], 0) & 0xFFFF)
+                + (zlib.adler32(buf[pos + 256 : pos + BLOCK], 0) & 0xFFFF)
+                - sum(chksum_f)
+                + 8 * 0x20
+            ):
+                _check_header(buf, pos, chksum_f, header_offset, self.last_name, url)
+            raw_name = name_f.partition(b"\x00")[0]
+            if magic == _USTAR_MAGIC and prefix_f[0]:
+                raw_name = prefix_f.partition(b"\x00")[0] + b"/" + raw_name
+            name = self.last_name = raw_name.decode("utf-8", "surrogateescape")
+            try:
+                size = int(size_f.partition(b"\x00")[0], 8)
+            except ValueError:
+                size = -1
+            if size < 0 or pending.pax_size is not None:
+                size = _member_size(size_f, typeflag, pending, name, header_offset, url)
+            src.pos = pos + BLOCK
+            padded = (size + BLOCK - 1) & ~(BLOCK - 1)
+            if typeflag in _REGULAR_TYPES:
+                name = self.last_name = pending.pax_path or pending.longname or name
+                if typeflag == b"\x00" and name.endswith("/"):
+                    pending.clear()  # an old-style (V7) directory
+                    continue
+                if len(buf) - pos - BLOCK >= padded:
+                    data = buf[pos + BLOCK : pos + BLOCK + size]
+                    src.pos = pos + BLOCK + padded
+                else:
+                    data = _read_data(src, size, padded, name, url)
+                offset = header_offset if pending.offset is None else pending.offset
+                pending.clear()
+                return TarMember(name, data, offset, src.base + src.pos)
+            if typeflag in _NO_DATA_TYPES:
+                pending.clear()
             else:
-                data = _read_data(src, size, padded, name, url)
-            offset = header_offset if pending.offset is None else pending.offset
-            pending.clear()
-            yield TarMember(name, data, offset, src.base + src.pos)
-        elif typeflag in _NO_DATA_TYPES:
-            pending.clear()
-        else:
-            _read_extension(src, typeflag, size, padded, pending, header_offset, name, url)
+                _read_extension(src, typeflag, size, padded, pending, header_offset, name, url)
 
 
 def _looks_like_header_start(head: bytes) -> bool:
@@ -638,4 +673,4 @@ def _skip(src: _Source, count: int, name: str, url: str | None) -> None:
             )
 
 
-__all__ = ["BinaryReadable", "TarMember", "iter_tar"]
+__all__ = ["BinaryReadable", "ShardReader", "TarMember", "iter_tar"]

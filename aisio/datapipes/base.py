@@ -12,8 +12,21 @@ import warnings
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # torch may announce that DataPipes are deprecated
     from torch.utils.data.datapipes._decorator import functional_datapipe
+    from torch.utils.data.datapipes._hook_iterator import (
+        _check_iterator_valid,
+        _set_datapipe_valid_iterator_id,
+        _SnapshotState,
+    )
     from torch.utils.data.datapipes.datapipe import IterDataPipe
     from torch.utils.data.datapipes.iter import IterableWrapper
     from torch.utils.data.datapipes.utils.common import StreamWrapper
 
-__all__ = ["IterDataPipe", "IterableWrapper", "StreamWrapper", "functional_datapipe"]
+__all__ = [
+    "IterDataPipe",
+    "IterableWrapper",
+    "StreamWrapper",
+    "_SnapshotState",
+    "_check_iterator_valid",
+    "_set_datapipe_valid_iterator_id",
+    "functional_datapipe",
+]

@@ -1,0 +1,231 @@
+"""The one-pass reader (aisio.core.samples.iter_samples) against the general path and tarfile.
+
+``iter_samples`` parses common headers itself and hands everything else to the general reader;
+these properties check on random archives (plain, pax and GNU members mixed, long and unicode
+names, directories and links, meta files, repeated suffixes, small read buffers, corrupt bytes,
+truncation, gzip, restarts at a sample's end) that it yields exactly what the general path
+yields, samples, end offsets and errors alike, and what Python's tarfile reads.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from aisio.core.errors import AISIOError
+from aisio.core.samples import group_samples, group_samples_with_end, iter_samples
+from aisio.core.tar import iter_tar
+
+URL = "ais://bucket/shard-000.tar"
+
+_KEYS = st.sampled_from(["s0", "s1", "a.b/s2", "dir/s3", "__meta__/x", "_s4", "d/", "", "x" * 120,
+                         "ünï", "k/" + "y" * 110])
+_SUFFIXES = st.sampled_from(["jpg", "cls", "JSON", "seg.png", "txt", "", "jpg"])
+
+
+@st.composite
+def archives(draw: st.DrawFn) -> bytes:
+    """Returns a tar archive of random members: files named ``key.suffix`` (in runs that share a
+    key, as WebDataset writes them), now and then a directory, a link or a dot-less name."""
+    fmt = draw(st.sampled_from([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT]))
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as tar:
+        for _ in range(draw(st.integers(0, 12))):
+            key = draw(_KEYS)
+            for _ in range(draw(st.integers(1, 3))):
+                kind = draw(st.sampled_from(["file"] * 8 + ["dir", "link", "nodot"]))
+                name = f"{key}.{draw(_SUFFIXES)}" if kind != "nodot" else key or "plain"
+                info = tarfile.TarInfo(name)
+                info.mtime = draw(st.integers(0, 2**33))
+                data = b""
+                if kind == "dir":
+                    info.type = tarfile.DIRTYPE
+                elif kind == "link":
+                    info.type = tarfile.SYMTYPE
+                    info.linkname = draw(st.sampled_from(["t", "z" * 150]))
+                else:
+                    data = draw(st.binary(max_size=1300))
+                    info.size = len(data)
+                try:
+                    tar.addfile(info, io.BytesIO(data))
+                except ValueError:  # a name ustar cannot store
+                    assume(False)
+    return out.getvalue()
+
+
+def _outcome(read: Any) -> tuple[str, Any]:
+    """Returns ``("ok", items)`` or ``("error", (the items yielded before the error, what the
+    error says and carries))``."""
+    items: list[Any] = []
+    try:
+        for item in read():
+            items.append(item)
+        return "ok", items
+    except AISIOError as exc:
+        return "error", (items, type(exc).__name__, str(exc), getattr(exc, "offset", None),
+                         getattr(exc, "member", None), getattr(exc, "given_up", None))
+
+
+def _three_ways(raw: bytes, bufsize: int, start: int = 0) -> tuple[Any, Any, Any]:
+    def fast() -> Any:
+        return iter_samples(io.BytesIO(raw), url=URL, start_offset=start, bufsize=bufsize,
+                            ends=True)
+
+    def general() -> Any:
+        return iter_samples(io.BytesIO(raw), url=URL, start_offset=start, bufsize=bufsize,
+                            ends=True, fast=False)
+
+    def composed() -> Any:
+        members = iter_tar(io.BytesIO(raw), url=URL, start_offset=start, bufsize=bufsize)
+        return group_samples_with_end(members, url=URL)
+
+    return _outcome(fast), _outcome(general), _outcome(composed)
+
+
+_SETTINGS = settings(max_examples=150, deadline=None,
+                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+_BUFSIZES = st.sampled_from([512, 1024, 2048, 4096, 1 << 20])
+
+
+@_SETTINGS
+@given(raw=archives(), bufsize=_BUFSIZES)
+def test_fast_path_agrees_with_general_path_and_tarfile(raw: bytes, bufsize: int) -> None:
+    fast, general, composed = _three_ways(raw, bufsize)
+    assert fast == general == composed
+    if fast[0] == "ok":
+        with tarfile.open(fileobj=io.BytesIO(raw), mode="r|") as tar:
+            pairs = [(info.name, tar.extractfile(info).read())  # type: ignore[union-attr]
+                     for info in tar if info.isreg()]
+        try:
+            expected = list(group_samples(pairs, url=URL))
+        except AISIOError:
+            pytest.fail("tarfile's members repeat a suffix where aisio's did not")
+        assert [sample for sample, _ in fast[1]] == expected
+
+
+@_SETTINGS
+@given(raw=archives(), bufsize=_BUFSIZES, where=st.integers(0, 1 << 16), byte=st.integers(0, 255),
+       cut=st.booleans())
+def test_corrupt_or_truncated_archives_fail_alike(raw: bytes, bufsize: int, where: int, byte: int,
+                                                  cut: bool) -> None:
+    assume(raw)
+    where %= len(raw)
+    bad = raw[:where] if cut else raw[:where] + bytes([byte]) + raw[where + 1:]
+    fast, general, composed = _three_ways(bad, bufsize)
+    assert fast == general == composed
+
+
+@_SETTINGS
+@given(raw=archives(), bufsize=_BUFSIZES, pick=st.integers(0, 100))
+def test_restart_at_any_sample_end_alike(raw: bytes, bufsize: int, pick: int) -> None:
+    outcome, samples = _three_ways(raw, bufsize)[0]
+    assume(outcome == "ok" and samples)
+    start = samples[pick % len(samples)][1]
+    fast, general, composed = _three_ways(raw[start:], bufsize, start)
+    assert fast == general == composed
+    assert fast == ("ok", samples[pick % len(samples) + 1:])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=archives(), bufsize=_BUFSIZES, cut=st.integers(0, 1 << 16))
+def test_gzip_shards_alike(raw: bytes, bufsize: int, cut: int) -> None:
+    packed = gzip.compress(raw)
+    for data in (packed, packed[: cut % (len(packed) + 1)]):
+        fast, general, composed = _three_ways(data, bufsize)
+        assert fast == general == composed
+
+
+def test_plain_samples_and_pairs() -> None:
+    """Without ``ends`` the samples come alone, as group_samples yields them."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in ("a.jpg", "a.cls", "b.jpg"):
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    raw = out.getvalue()
+    samples = list(iter_samples(io.BytesIO(raw), url=URL))
+    assert samples == list(group_samples(iter_tar(io.BytesIO(raw), url=URL), url=URL))
+    assert [s["__key__"] for s in samples] == ["a", "b"]
+
+
+def _shard(*keys: str) -> io.BytesIO:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for key in keys:
+            info = tarfile.TarInfo(f"{key}.cls")
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"1"))
+    return io.BytesIO(out.getvalue())
+
+
+class _Shards:
+    """Two small shards, opened anew by every iteration."""
+
+    def __iter__(self) -> Any:
+        yield "s0", _shard("a", "b")
+        yield "s1", _shard("c")
+
+
+def test_parser_keeps_one_valid_iterator_checked_per_shard() -> None:
+    """WebDatasetParser yields samples outside torch's per-item wrapper, and still invalidates
+    an iterator once another is made (at the old one's next shard)."""
+    from aisio.datapipes.pipes import WebDatasetParser
+
+    pipe = WebDatasetParser(_Shards())
+    first = iter(pipe)
+    assert next(first)["__key__"] == "a"
+    assert [s["__key__"] for s in pipe] == ["a", "b", "c"]
+    assert next(first)["__key__"] == "b"  # the rest of its shard
+    with pytest.raises(RuntimeError, match="invalidated"):
+        next(first)
+
+
+def test_stage_times_count_every_member() -> None:
+    """The one-pass reader adds its members (meta files and dot-less names too) and its time
+    to the process's stage totals, as iter_tar does."""
+    from aisio.core import timing
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(300):
+            for name in (f"k{i}.jpg", f"k{i}.cls") + (("__index__",) if i == 7 else ()):
+                info = tarfile.TarInfo(name)
+                info.size = 3
+                tar.addfile(info, io.BytesIO(b"abc"))
+    before = timing.snapshot()
+    assert len(list(iter_samples(io.BytesIO(out.getvalue()), url=URL))) == 300
+    after = timing.snapshot()
+    assert after["parse_n"] - before["parse_n"] == 601
+    assert after["parse"] >= before["parse"] and after["read"] > before["read"]
+
+
+def test_common_members_do_not_take_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain files in the buffer are parsed by the fast path: the general reader is called only
+    for the first member (which fills the buffer) and the end of the archive (a guard against a
+    fast path that silently never applies)."""
+    from aisio.core.tar import ShardReader
+
+    calls = []
+    step = ShardReader.step
+
+    def counted(self: ShardReader) -> Any:
+        calls.append(1)
+        return step(self)
+
+    monkeypatch.setattr(ShardReader, "step", counted)
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for i in range(100):
+            for suffix in ("jpg", "cls"):
+                info = tarfile.TarInfo(f"train/{i:05d}.{suffix}")
+                info.size = 2048 if suffix == "jpg" else 1
+                tar.addfile(info, io.BytesIO(bytes(info.size)))
+    assert len(list(iter_samples(io.BytesIO(out.getvalue()), url=URL))) == 100
+    assert len(calls) == 2
