@@ -38,7 +38,11 @@ def test_quick_suite_writes_table_json_and_plot(ais_endpoint: str, tmp_path: Pat
         for arm in workload["arms"]:
             assert arm["mb_per_s"] > 0 and arm["samples_per_s"] > 0, (name, arm["label"])
             assert arm["peak_rss_mb"] > 0, (name, arm["label"])
-            assert arm["x_limit"] > 0, (name, arm["label"])
+            if workload["kind"] == "epochs":  # no raw read to compare with: rates per epoch
+                long = arm["arm"].endswith("-long")
+                assert long or len(arm["epoch_rates"]) == 5, (name, arm["label"])
+            else:
+                assert arm["x_limit"] > 0, (name, arm["label"])
 
     memory = report["memory"]
     assert memory["small_peak_mb"] > 0 and memory["big_peak_mb"] > 0
