@@ -29,6 +29,7 @@ from typing import Any
 from aisio.core.config import cache_dir
 from aisio.core.errors import PlaygroundError
 from aisio.core.etl import local_etls
+from aisio.core.processes import pid_alive
 
 AISTORE_MODULE = "github.com/NVIDIA/aistore"
 AISTORE_VERSION = "v1.5.0"
@@ -529,13 +530,7 @@ def _is_alive(pid: int) -> bool:
             return False
     except ChildProcessError:
         pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def _is_aisnode(pid: int) -> bool:

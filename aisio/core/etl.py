@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from aisio.core.config import cache_dir
 from aisio.core.errors import InvalidURLError
+from aisio.core.processes import pid_alive
 from aisio.core.urls import ETL, AISPath, Bucket, object_url, parse_object_url, quote_object_name
 
 #: what a local ETL server's command line holds (checked before a pid is trusted or signalled)
@@ -82,13 +82,7 @@ def is_loopback(endpoint: str) -> bool:
 
 def server_alive(pid: int) -> bool:
     """True when ``pid`` is a live local ETL server (not another process that reused the pid)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+    if not pid_alive(pid, others_count=False):
         return False
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()

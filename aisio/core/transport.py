@@ -29,6 +29,8 @@ import sys
 import threading
 from typing import Any
 
+from aisio.core.processes import pid_alive
+
 ENABLED = os.environ.get("AISIO_SHM", "1") != "0"
 """False (``AISIO_SHM=0`` in the environment): every delivery is pickled, as before."""
 
@@ -223,18 +225,8 @@ def forget() -> None:
     """Unmaps the slots of worker processes that have ended (kept mapped until then)."""
     with _held_lock:
         for key in list(_held):
-            if not _alive(key[0]):
+            if not pid_alive(key[0]):
                 del _held[key]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def export(value: Any, into: Ring | None = None) -> Shipped | None:

@@ -24,20 +24,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from aisio.core.processes import pid_alive
+
 _PR_SET_PDEATHSIG = 1
 #: How often the watching thread checks that the training process is still there (seconds).
 PARENT_WATCH_SECONDS = 0.5
 _WORKER_ID: int | None = None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def die_with_parent(parent: int, kernel: bool) -> None:
@@ -53,7 +45,7 @@ def die_with_parent(parent: int, kernel: bool) -> None:
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
     def parent_alive() -> bool:
-        return os.getppid() == parent if direct else _alive(parent)
+        return os.getppid() == parent if direct else pid_alive(parent)
 
     if not parent_alive():  # the parent died before the lines above
         os._exit(1)
