@@ -28,6 +28,7 @@ by own time as a Markdown table (``PYTHONPATH=DIR`` profiles another checkout)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import json
@@ -151,6 +152,26 @@ def _endpoint() -> Iterator[str]:
         yield str(pg.endpoint)
 
 
+@contextlib.contextmanager
+def _uploaded(data: bytes) -> Iterator[tuple[str, str]]:
+    """Yields ``(endpoint, ais:// name)`` of ``data`` put as one shard in a bucket of its own
+    (AIS_ENDPOINT's cluster, else a playground), destroyed afterwards."""
+    from aisio.core.client import client_for
+    from aisio.core.config import resolve_config
+    from aisio.core.urls import Bucket, parse_ais_url
+
+    for endpoint in _endpoint():
+        client = client_for(resolve_config(endpoint, None))
+        bucket = Bucket(f"aisio-bench-small-{uuid.uuid4().hex[:8]}")
+        client.create_bucket(bucket)
+        try:
+            uri = f"ais://{bucket.name}/small-000000.tar"
+            client.put_object(parse_ais_url(uri), data)
+            yield endpoint, uri
+        finally:
+            client.destroy_bucket(bucket)
+
+
 def _run_child(tree: Path, arm: str, endpoint: str, uri: str, local: Path,
                args: argparse.Namespace) -> dict[str, float]:
     """Returns ``{"rate": wall samples/s, "cpu": samples per CPU second}`` of one child run
@@ -181,43 +202,31 @@ Rates = dict[tuple[str, str, int], list[float]]  # (metric, arm, checkout) -> on
 
 def compare(args: argparse.Namespace) -> None:
     """Uploads the shard, runs every arm of every checkout round by round, prints a table."""
-    from aisio.core.client import client_for
-    from aisio.core.config import resolve_config
-    from aisio.core.urls import Bucket, parse_ais_url
-
     trees = [HERE, *(Path(p).resolve() for p in args.compare)]
     arms = args.arms or list(ARMS)
     data = shard_bytes(args.samples)
-    for endpoint in _endpoint():
-        client = client_for(resolve_config(endpoint, None))
-        bucket = Bucket(f"aisio-bench-small-{uuid.uuid4().hex[:8]}")
-        client.create_bucket(bucket)
-        try:
-            uri = f"ais://{bucket.name}/small-000000.tar"
-            client.put_object(parse_ais_url(uri), data)
-            with tempfile.NamedTemporaryFile(suffix=".tar") as local:
-                local.write(data)
-                local.flush()
-                rates: Rates = {}
-                ratios: Rates = {}
-                for r in range(args.rounds):
-                    for arm in arms:
-                        got: dict[int, dict[str, float]] = {}
-                        order = list(range(len(trees)))
-                        for index in order if r % 2 == 0 else order[::-1]:
-                            got[index] = _run_child(trees[index], arm, endpoint, uri,
-                                                    Path(local.name), args)
-                        for index, result in got.items():
-                            for metric, value in result.items():
-                                rates.setdefault((metric, arm, index), []).append(value)
-                                here = got[0].get(metric)
-                                if index and here:
-                                    ratios.setdefault((metric, arm, index), []).append(
-                                        here / value)
-                    print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-        finally:
-            client.destroy_bucket(bucket)
-        _table(trees, arms, rates, ratios, args)
+    with _uploaded(data) as (endpoint, uri), \
+            tempfile.NamedTemporaryFile(suffix=".tar") as local:
+        local.write(data)
+        local.flush()
+        rates: Rates = {}
+        ratios: Rates = {}
+        for r in range(args.rounds):
+            for arm in arms:
+                got: dict[int, dict[str, float]] = {}
+                order = list(range(len(trees)))
+                for index in order if r % 2 == 0 else order[::-1]:
+                    got[index] = _run_child(trees[index], arm, endpoint, uri,
+                                            Path(local.name), args)
+                for index, result in got.items():
+                    for metric, value in result.items():
+                        rates.setdefault((metric, arm, index), []).append(value)
+                        here = got[0].get(metric)
+                        if index and here:
+                            ratios.setdefault((metric, arm, index), []).append(
+                                here / value)
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    _table(trees, arms, rates, ratios, args)
 
 
 def _table(trees: list[Path], arms: list[str], rates: Rates, ratios: Rates,
@@ -249,28 +258,16 @@ def profile(args: argparse.Namespace) -> None:
     if os.environ.get("PYTHONPATH"):
         _pythonpath_only()
     data = shard_bytes(args.samples)
-    for endpoint in _endpoint():
-        from aisio.core.client import client_for
-        from aisio.core.config import resolve_config
-        from aisio.core.urls import Bucket, parse_ais_url
-
-        client = client_for(resolve_config(endpoint, None))
-        bucket = Bucket(f"aisio-bench-small-{uuid.uuid4().hex[:8]}")
-        client.create_bucket(bucket)
-        try:
-            uri = f"ais://{bucket.name}/small-000000.tar"
-            client.put_object(parse_ais_url(uri), data)
-            run = _arm(args.profile, endpoint, uri, data)
-            run()
-            start = time.perf_counter()
-            count = run()
-            plain = time.perf_counter() - start
-            profiler = cProfile.Profile()
-            start = time.perf_counter()
-            profiler.runcall(run)
-            profiled = time.perf_counter() - start
-        finally:
-            client.destroy_bucket(bucket)
+    with _uploaded(data) as (endpoint, uri):
+        run = _arm(args.profile, endpoint, uri, data)
+        run()
+        start = time.perf_counter()
+        count = run()
+        plain = time.perf_counter() - start
+        profiler = cProfile.Profile()
+        start = time.perf_counter()
+        profiler.runcall(run)
+        profiled = time.perf_counter() - start
         stats = pstats.Stats(profiler)
         total = stats.total_tt  # type: ignore[attr-defined]
         print(f"arm {args.profile}: {count:,} samples in {plain:.3f} s without the profiler "
