@@ -41,6 +41,7 @@ from aisio.core.errors import (
     skipped_reason,
 )
 from aisio.core.etl import read_url
+from aisio.core.memory import keep_freed_memory
 from aisio.core.report import ErrorReport
 from aisio.core.sources import ObjectRef, explained, objects, resolve_one
 from aisio.core.urls import ETL
@@ -219,6 +220,7 @@ class Fetcher:
             AISIOError: the object cannot be read (missing, refused, cluster down after retries),
                 or is no longer the ``expect`` ed content (:class:`ObjectChangedError`).
         """
+        keep_freed_memory()  # once per process: the next batch reuses what this one frees
         url = self.url(ref)
         etl = self.etl_of(ref)
         version = None

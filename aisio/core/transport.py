@@ -29,6 +29,7 @@ import sys
 import threading
 from typing import Any
 
+from aisio.core.memory import keep_freed_memory
 from aisio.core.processes import pid_alive
 
 ENABLED = os.environ.get("AISIO_SHM", "1") != "0"
@@ -214,6 +215,7 @@ def _arrived(skeleton: Any, slot: Any, key: tuple[int, int, int]) -> Shipped:
                 raise RuntimeError(f"aisio: a delivery names shared-memory slot {key}, which "
                                    "this process does not hold; report this as a bug")
         else:  # a new slot (or a larger one in its place, or a new worker's with a reused pid)
+            keep_freed_memory()  # this process copies batches out: keep what they free
             for old in [k for k in _held if k[:2] == (pid, index) and k[2] != generation]:
                 del _held[old]
             _held[key] = slot

@@ -2,8 +2,9 @@
 
 :class:`ShardSamples` is aisio's listing, loading and parsing as one node: it reads a list of
 shard tasks through the core (streamed, resumable reads; tar parsing; the error policy) and
-yields samples, shuffled through a buffer if asked. It composes with nodes' ``ParallelMapper``
-(decode in threads or processes), ``Batcher``, ``Mapper``, ``Prefetcher`` and ``Loader``;
+yields samples, shuffled through a buffer if asked. It composes with nodes' ``Batcher``,
+``ParallelMapper`` (decode in threads or processes, a batch at a time), ``Prefetcher`` and
+``Loader``;
 :func:`webdataset_node_loader` builds that chain and wraps it in the resumable loop.
 """
 
@@ -87,20 +88,30 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
 
 
 class _Staged:
-    """The per-sample stage (``Positioned``) in nodes' mappers: a :class:`Failure` passes on,
-    and an aisio error the stage raises becomes one (nodes' threads and processes would
-    rebuild it from its message)."""
+    """What nodes' mapper applies to each batch (or sample, without ``batch_size``): the
+    per-sample stage (``Positioned``: decode, tuple, keeping positions) on each sample, then
+    :func:`_deliver`. Mapping whole batches keeps the mapper's queues and threads (or
+    processes) at one hand-over per batch, not per sample. A :class:`Failure` passes on, and
+    an aisio error the stage raises becomes one (nodes' threads and processes would rebuild
+    it from its message); the samples before it in the batch were not delivered, so a resume
+    reads them again."""
 
-    def __init__(self, stage: Positioned) -> None:
+    def __init__(self, stage: Positioned, deliver: Any) -> None:
         self.stage = stage
+        self.deliver = deliver
 
-    def __call__(self, sample: Any) -> Any:
-        if isinstance(sample, Failure):
-            return sample
+    def __call__(self, batch: Any) -> Any:
+        items = batch if isinstance(batch, list) else [batch]
+        stage = self.stage
+        placed = []
         try:
-            return self.stage(sample)
+            for item in items:
+                if isinstance(item, Failure):
+                    return item
+                placed.append(stage(item))
         except AISIOError as exc:
             return Failure.of(exc)
+        return self.deliver(placed if isinstance(batch, list) else placed[0])
 
 
 def _deliver(collate: Any, shards: Sequence[Any], drop_last: int, pin: bool, batch: Any) -> Any:
@@ -144,8 +155,8 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
                            seed: int | None = None, uneven: str = "drop",
                            prefetch_factor: int = 2, **pipe_options: Any) -> ResumableLoader:
     """Returns aisio's pipeline on ``torchdata.nodes``: :class:`ShardSamples` (this rank's
-    shards) -> ``ParallelMapper`` (decode) -> ``Batcher`` -> ``Mapper`` (tuples, collate) ->
-    ``Prefetcher`` -> ``Loader``, resumable mid-epoch on any number of workers and ranks
+    shards) -> ``Batcher`` -> ``ParallelMapper`` (decode, tuples and collate, a batch at a
+    time) -> ``Prefetcher`` -> ``Loader``, resumable mid-epoch on any number of workers and ranks
     (torchdata >= 0.10). Shards and samples are shuffled by default (``shuffle_buffer=1000``
     per rank: see below; ``shuffle_buffer=0`` keeps each shard's order).
 
@@ -197,18 +208,16 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
                       "device pinned memory won't be used.", UserWarning, stacklevel=2)
         pin = False
     samples = ShardSamples([], spec)
-    node: Any = samples
-    stage: Any = _Staged(Positioned(spec.stage()))  # decode and tuple, keeping positions
+    node: Any = Batcher(samples, spec.batch_size, drop_last=False) if spec.batch_size else samples
+    stage: Any = _Staged(Positioned(spec.stage()), partial(
+        _deliver, collate if spec.batch_size else None, refs,
+        (spec.batch_size or 0) if spec.drop_last else 0, pin))
     if num_workers and method == "process":
         stage = EndsWithParent(stage)  # its processes end with this one
     node = (ParallelMapper(node, stage, num_workers=num_workers, method=method,
                            in_order=node_options.get("in_order", True),
                            multiprocessing_context=node_options.get("multiprocessing_context"))
             if num_workers else Mapper(node, stage))
-    if spec.batch_size:
-        node = Batcher(node, spec.batch_size, drop_last=False)
-    node = Mapper(node, partial(_deliver, collate if spec.batch_size else None, refs,
-                                (spec.batch_size or 0) if spec.drop_last else 0, pin))
     node = Prefetcher(node, prefetch_factor or 2)
     if pin:
         node = PinMemory(node, node_options.get("pin_memory_device") or "")

@@ -125,27 +125,31 @@ def _as_is(item: Any) -> Any:
     return item
 
 
+class _BatchStage:
+    """The per-sample stage over a batch, then collate (picklable, for nodes' mappers)."""
+
+    def __init__(self, stage: Any, collate: Any) -> None:
+        self.stage, self.collate = stage, collate
+
+    def __call__(self, batch: list[Any]) -> Any:
+        values = [self.stage(sample) for sample in batch]
+        return self.collate(values) if self.collate is not None else values
+
+
 def _nodes_loader(names: list[str], options: dict[str, Any], workers: int) -> Any:
-    """torchdata.nodes over aisio's samples: the per-sample stage in ``workers`` threads
-    (``ParallelMapper``, as ``webdataset_node_loader`` does), batches, prefetch."""
+    """torchdata.nodes over aisio's samples: batches, the per-sample stage and collate a batch
+    at a time in ``workers`` threads (``ParallelMapper``, as ``webdataset_node_loader`` does),
+    prefetch."""
     from torch.utils.data import default_collate
-    from torchdata.nodes import (
-        Batcher,
-        IterableWrapper,
-        Loader,
-        Mapper,
-        ParallelMapper,
-        Prefetcher,
-    )
+    from torchdata.nodes import Batcher, IterableWrapper, Loader, Mapper, ParallelMapper, Prefetcher
 
     batch_size, collate = options.pop("batch_size"), options.pop("collate", True)
     decode, fields = options.pop("decode", None), options.pop("tuple_fields", None)
-    stage = aisio.core.stages.SampleStage(aisio.Decoder(decode) if decode else None, fields)
-    node: Any = IterableWrapper(webdataset_pipe(names, **options))
+    stage = _BatchStage(aisio.core.stages.SampleStage(aisio.Decoder(decode) if decode else None,
+                                                      fields), default_collate if collate else None)
+    node: Any = Batcher(IterableWrapper(webdataset_pipe(names, **options)), batch_size,
+                        drop_last=False)
     node = ParallelMapper(node, stage, num_workers=workers) if workers else Mapper(node, stage)
-    node = Batcher(node, batch_size, drop_last=False)
-    if collate:
-        node = Mapper(node, default_collate)
     return Loader(Prefetcher(node, 2))
 
 

@@ -196,8 +196,8 @@ def large(ais_client: Client, bucket: Bucket, tmp_path: Path) -> tuple[str, list
 def test_every_loader_delivers_large_samples_equal(name: str, ais_endpoint: str,
                                                    large: tuple[str, list[str]],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """100 KiB samples, batched in a worker: through shared memory (but on torchdata.nodes,
-    which batches in the training process), equal to a read in one process."""
+    """100 KiB samples, batched in a worker (on torchdata.nodes, a mapper process): through
+    shared memory, equal to a read in one process."""
     template, keys = large
     options: dict[str, Any] = {"url": ais_endpoint, "seed": 1, "batch_size": 8,
                                "tuple_fields": ("__key__", "bin"), "collate": False,
@@ -215,7 +215,7 @@ def test_every_loader_delivers_large_samples_equal(name: str, ais_endpoint: str,
             got[workers] = {key: data for batch_ in loader for key, data in batch_}
         finally:
             loader.shutdown()
-        assert bool(opened) == (workers == 1 and name != "nodes"), (workers, len(opened))
+        assert bool(opened) == (workers == 1), (workers, len(opened))
     assert sorted(got[0]) == sorted(keys)
     assert got[1] == got[0]
 

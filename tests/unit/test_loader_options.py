@@ -72,14 +72,14 @@ def test_drop_last_needs_a_batch_size() -> None:
 
 
 def test_drop_last_turns_the_short_batch_into_positions_only() -> None:
-    from aisio.datapipes.base import IterableWrapper
-    from aisio.datapipes.pipeline import DropLast
+    from aisio.datapipes.pipeline import drop_last
 
-    pairs = [(i, ("p", i)) for i in range(8)]
-    pairs[2] = (SKIPPED, ("p", 2))
-    out = list(DropLast(IterableWrapper(pairs), 3))
-    assert [p for _, p in out] == [p for _, p in pairs]  # every position travels
-    assert [v for v, _ in out] == [0, 1, SKIPPED, 3, 4, 5, 6, SKIPPED]  # 7 alone: dropped
+    triples = [(i, ("p", i), "v") for i in range(8)]
+    triples[2] = (SKIPPED, ("p", 2), "v")
+    out = list(drop_last(triples, 3))
+    assert [p for _, p, _ in out] == [p for _, p, _ in triples]  # every position travels
+    assert [v for v, _, _ in out] == [0, 1, SKIPPED, 3, 4, 5, 6, SKIPPED]  # 7 alone: dropped
+    assert {version for _, _, version in out} == {"v"}
 
 
 def test_a_pinned_delivery_pins_its_value_and_is_the_delivery_again() -> None:
