@@ -100,7 +100,36 @@ def test_a_state_of_another_plan_or_order_is_refused(
         loader.load_state_dict(fast.state_dict())
 
 
-@settings(max_examples=6, deadline=None,
+@pytest.mark.parametrize("kind", [k for k in ("dataloader", "dataloader2") if k in LOADERS])
+def test_workers_live_across_epochs_and_a_bad_shard_keeps_its_error(
+        kind: str, shards: tuple[str, list[str]], ais_endpoint: str, bucket: Bucket) -> None:
+    template, keys = shards
+    loader = _loader(kind, template, ais_endpoint, 2)
+    try:
+        _keys(loader)
+        current = loader.current
+        pids = sorted(w.pid for w in current._iterator._workers) if kind == "dataloader" else []
+        assert len(_keys(loader)) > 0 and loader.current is current and loader.epoch == 2
+        if kind == "dataloader":
+            assert sorted(w.pid for w in current._iterator._workers) == pids
+    finally:
+        loader.shutdown()
+    missing = [template, bucket.uri("missing.tar")]
+    failing = _loader(kind, missing, ais_endpoint, 2)
+    try:
+        with pytest.raises(aisio.NotFoundError, match=r"missing\.tar"):
+            _keys(failing)
+    finally:
+        failing.shutdown()
+    skipping = _loader(kind, missing, ais_endpoint, 2, on_error="skip")
+    try:
+        assert sorted(k for b in _keys(skipping) for k in b) == sorted(keys)
+        assert len(skipping.report) == 1
+    finally:
+        skipping.shutdown()
+
+
+@settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_resume_at_any_step_on_any_workers(
