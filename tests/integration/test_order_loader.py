@@ -68,6 +68,9 @@ def test_same_batches_on_any_workers_and_after_a_resume(
         first = _loader(kind, template, ais_endpoint, before)
         got = _keys(first, stop=kill)
         state = json.loads(json.dumps(first.state_dict()))
+        if kill == 3:  # the same loader, left mid-epoch, takes the state back too
+            first.load_state_dict(state)
+            assert got + _keys(first) == whole
         first.shutdown()
         second = _loader(kind, template, ais_endpoint, after)
         second.load_state_dict(state)
@@ -98,6 +101,8 @@ def test_a_state_of_another_plan_or_order_is_refused(
         fast.load_state_dict(state)
     with pytest.raises(aisio.StateMismatchError, match="deterministic-order"):
         loader.load_state_dict(fast.state_dict())
+    with pytest.raises(aisio.StateMismatchError, match="gather_state"):
+        aisio.merge_states([state, state])
 
 
 @pytest.mark.parametrize("kind", [k for k in ("dataloader", "dataloader2") if k in LOADERS])
