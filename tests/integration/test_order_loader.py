@@ -143,7 +143,7 @@ def test_resume_at_any_step_on_any_workers(
     kind = data.draw(st.sampled_from(sorted(LOADERS)), label="loader")
     whole = _WHOLE.setdefault((template, kind), _run(kind, template, ais_endpoint, 0))
     kill = data.draw(st.integers(1, len(whole) - 1), label="kill step")
-    before, after = (data.draw(st.integers(0, 2), label=f"workers {w}") for w in ("before",
+    before, after = (data.draw(st.integers(0, 3), label=f"workers {w}") for w in ("before",
                                                                                   "after"))
     first = _loader(kind, template, ais_endpoint, before)
     got = _keys(first, stop=kill)
