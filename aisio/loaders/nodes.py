@@ -15,8 +15,6 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any
 
-import torch
-
 from aisio.core.collate import BatchCollate, sample_name
 from aisio.core.delivery import Failure, Positioned, pack_batch, ship_errors
 from aisio.core.epoch import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
@@ -235,11 +233,7 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
         collate: Any = default_collate
     else:
         collate = None
-    pin = bool(node_options.get("pin_memory"))
-    if pin and not torch.accelerator.is_available():
-        warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then "
-                      "device pinned memory won't be used.", UserWarning, stacklevel=2)
-        pin = False
+    pin = _pin(node_options)
     samples = ShardSamples([], spec)
     node: Any = samples
     stage: Any = _Staged(Positioned(spec.stage()))  # decode and tuple, keeping positions
@@ -273,6 +267,17 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
                                          sync=drop_sync(uneven)), uneven)
 
 
+def _pin(node_options: dict[str, Any], stacklevel: int = 3) -> bool:
+    """Returns whether to pin; asked for without an accelerator, warns as torch's DataLoader
+    does and pins nothing."""
+    pin = bool(node_options.get("pin_memory"))
+    if pin and not can_pin(pin):
+        warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then "
+                      "device pinned memory won't be used.", UserWarning, stacklevel=stacklevel)
+        return False
+    return pin
+
+
 def _ordered_node_loader(shards: Any, *, num_workers: int, method: str, seed: int | None,
                          uneven: str, prefetch_factor: int, streams: int | None,
                          node_options: dict[str, Any], **pipe_options: Any) -> OrderedLoader:
@@ -287,11 +292,7 @@ def _ordered_node_loader(shards: Any, *, num_workers: int, method: str, seed: in
     plan = EpochPlan()  # the packs are read in this process
     setup = OrderSetup.build(refs, spec, seed=run_seed, streams=streams, rank=rank,
                              world=world, epochs=plan, where="webdataset_node_loader")
-    pin = bool(node_options.get("pin_memory"))
-    if pin and not can_pin(pin):
-        warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then "
-                      "device pinned memory won't be used.", UserWarning, stacklevel=3)
-        pin = False
+    pin = _pin(node_options, stacklevel=4)
     node: Any = RoundPacks(setup)
     stage: Any = setup.stage_pack
     if num_workers and method == "process":
