@@ -1,8 +1,8 @@
 """``order="deterministic"`` across processes, against the real AIStore: a training job
 (``_train_job.py``) SIGKILLed mid-epoch and resumed in a new process on another number of
 workers continues with exactly the batches the uninterrupted job yielded; and 2 ranks (gloo on
-127.0.0.1), their batches merged round by round, yield the 1-rank sequence, also when a 2-rank
-run is resumed on 1 rank."""
+127.0.0.1), their batches merged round by round, yield the 1-rank sequence (``uneven="drop"``:
+its first steps), also when a 2-rank run is resumed on 1 rank."""
 
 from __future__ import annotations
 
@@ -105,6 +105,12 @@ def test_two_ranks_merged_by_round_are_the_one_rank_sequence_and_resume_on_one(
     merged = [ranks[0][t] if t < len(ranks[0]) else [] for t in range(len(whole))]
     merged = [m + (ranks[1][t] if t < len(ranks[1]) else []) for t, m in enumerate(merged)]
     assert merged == whole
+    # uneven="drop": every rank stops at the first step where a rank has no part left
+    port, drop = _free_port(), [tmp_path / "drop0", tmp_path / "drop1"]
+    opts = dict(world=2, port=port, uneven="drop", **ORDER)
+    _run([_cmd(kind, data, drop[r], rank=r, workers=1, **opts) for r in (0, 1)])
+    steps = min(len(ranks[0]), len(ranks[1]))
+    assert [_batches(drop[r], rank=r) for r in (0, 1)] == [ranks[0][:steps], ranks[1][:steps]]
 
     # a 2-rank run that crashes after step 5 (checkpoint at step 3), resumed on 1 rank
     port, crash = _free_port(), [tmp_path / "crash0", tmp_path / "crash1"]
