@@ -51,6 +51,7 @@ from aisio.datapipes.pipeline import (
     shard_names,
     webdataset_pipe,
 )
+from aisio.loaders.ordered import batch_collate
 from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
 
 
@@ -359,8 +360,6 @@ def _ordered_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: 
 
     if num_workers:
         check_picklable(pipe, num_workers, "the pipeline")
-    from aisio.loaders.ordered import batch_collate  # the one rule for every front end
-
     return keep_exchange(OrderedLoader(setup, open_epoch=open_rounds, collate=batch_collate(spec),
                                        close=close, end_epoch=None if persistent else close,
                                        sync=drop_sync(uneven)), uneven)
