@@ -137,7 +137,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--ais", action="store_true", help="also read through AIStore")
     parser.add_argument("--loaders", action="store_true",
-                        help="only: webdataset_dataloader vs OrderedLoader through AIStore")
+                        help="only: webdataset_dataloader, fast vs deterministic, via AIStore")
     args = parser.parse_args()
     if args.loaders:
         return measure_loaders(args.repeat)
@@ -192,7 +192,6 @@ def measure_loaders(repeat: int, workers: int = 2) -> int:
     from aisio.core.client import client_for
     from aisio.core.config import AISConfig
     from aisio.core.urls import AISPath, Bucket
-    from aisio.loaders.ordered import OrderedLoader
     from aisio.playground import cluster_endpoint
 
     with cluster_endpoint() as endpoint:
@@ -216,7 +215,8 @@ def measure_loaders(repeat: int, workers: int = 2) -> int:
 
                 def ordered(opts: dict[str, Any] = opts, shards: list[str] = shards,
                             buffer: int = held // 8) -> int:
-                    loader = OrderedLoader(shards, streams=8, shuffle_buffer=buffer, **opts)
+                    loader = aisio.webdataset_dataloader(shards, order="deterministic", streams=8,
+                                                         shuffle_buffer=buffer, **opts)
                     return sum(len(b) for b in loader)
 
                 measure(f"{name} samples, {count} x {samples}, DataLoader {workers} workers, "

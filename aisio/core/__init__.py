@@ -16,4 +16,7 @@ Nothing here imports torch's data loading, torchdata or the command line; the fr
 - :mod:`~aisio.core.cache`: the local shard cache; :mod:`~aisio.core.report`: what was skipped.
 - :mod:`~aisio.core.sdk`: aistore SDK objects as sources; :mod:`~aisio.core.threads`: an
   ordered thread map.
+- :mod:`~aisio.core.order`, :mod:`~aisio.core.order_reader`, :mod:`~aisio.core.order_loop`:
+  the deterministic order; :mod:`~aisio.core.ordered`: the loader every front end shares for
+  ``order="deterministic"``.
 """

@@ -400,6 +400,10 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """
     if not states:
         raise StateMismatchError("there are no states to merge")
+    if any(isinstance(state, dict) and state.get("order") == "deterministic" for state in states):
+        raise StateMismatchError(
+            "these are states of order=\"deterministic\": merge them with aisio.gather_state, "
+            "or pass the list of every rank's state to the loader's load_state_dict")
     first = states[0]
     keys = ("version", "shard_list", "shards", "seed", "epoch")
     for other in states[1:]:

@@ -30,6 +30,13 @@ with warnings.catch_warnings():
 from aisio.core.errors import ConfigError, StateMismatchError
 from aisio.core.fetch import check_epoch
 from aisio.core.loop import ResumableLoader
+from aisio.core.ordered import (
+    OrderedLoader,
+    OrderSetup,
+    check_ordered_options,
+    is_deterministic,
+    refuse_streams,
+)
 from aisio.core.plan import EpochPlan
 from aisio.core.report import ErrorReport
 from aisio.core.spec import PipelineSpec, check_options
@@ -44,7 +51,8 @@ from aisio.datapipes.pipeline import (
     shard_names,
     webdataset_pipe,
 )
-from aisio.runtime.dist import keep_exchange, rank_and_world, shared_seed
+from aisio.loaders.ordered import batch_collate
+from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
 
 
 class KeepUnevenReadingService(DistributedReadingService):
@@ -193,8 +201,10 @@ def webdataset_loader(
     uneven: Uneven = "drop",
     samples_per_epoch: int | None = None,
     post: Callable[[IterDataPipe], IterDataPipe] | None = None,
+    order: str = "fast",
+    streams: int | None = None,
     **pipe_options: Any,
-) -> ResumableLoader | EpochLoader:
+) -> ResumableLoader | EpochLoader | OrderedLoader:
     """Returns a DataLoader2 pipeline that streams batches from AIStore shards: the one-call
     entry point, resumable mid-epoch (``state_dict()`` / ``load_state_dict()``).
 
@@ -230,6 +240,11 @@ def webdataset_loader(
             starts the workers again each epoch), ``multiprocessing_context``, ``in_order``
             (True only) and ``drop_last`` (see :func:`webdataset_pipe`). ``pin_memory`` and
             ``timeout`` are refused with what to use instead.
+        order: ``"fast"`` or ``"deterministic"``, as for
+            :func:`aisio.webdataset_dataloader` (``batch_size`` then the global batch;
+            ``post``, ``resampled``, ``drop_last`` and ``decode_threads`` refused).
+        streams: with ``order="deterministic"``, the canonical streams (see
+            :func:`aisio.webdataset_dataloader`).
 
     Raises:
         ConfigError: an option it does not take, named with the one to use.
@@ -239,6 +254,11 @@ def webdataset_loader(
         ...     tuple_fields=("png", "cls"), batch_size=64, num_workers=2)   # doctest: +SKIP
     """
     loader_options = _loader_options(pipe_options)
+    if is_deterministic(order, "webdataset_loader"):
+        return _ordered_loader(shards, num_workers=num_workers, seed=seed, uneven=uneven,
+                               streams=streams, post=post, samples_per_epoch=samples_per_epoch,
+                               loader_options=loader_options, **pipe_options)
+    refuse_streams(streams, "webdataset_loader")
     if post is not None or pipe_options.get("resampled") or samples_per_epoch is not None:
         if loader_options:
             raise ConfigError(
@@ -278,6 +298,71 @@ def webdataset_loader(
     return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
                                          close=close, end_epoch=None if persistent else close,
                                          report=spec.report, timings=spec.times), uneven)
+
+
+class OrderedRounds(IterDataPipe):
+    """Yields one reader's packs of the deterministic order, a list of chunks per round
+    (:meth:`~aisio.core.ordered.OrderSetup.rounds`); the worker it runs in is known from the
+    multiprocessing sharding DataLoader2 applies to it."""
+
+    def __init__(self, setup: OrderSetup) -> None:
+        self.setup = setup
+        self.worker, self.workers = 0, 1
+
+    def apply_sharding(self, num_of_instances: int, instance_id: int,
+                       sharding_group: Any = SHARDING_PRIORITIES.DEFAULT) -> None:
+        if sharding_group in (SHARDING_PRIORITIES.DEFAULT, SHARDING_PRIORITIES.MULTIPROCESSING):
+            self.worker, self.workers = instance_id, num_of_instances
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.setup.rounds(self.worker, self.workers)
+
+
+def _ordered_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: Uneven,
+                    streams: int | None, post: Any, samples_per_epoch: int | None,
+                    loader_options: dict[str, Any], **pipe_options: Any) -> OrderedLoader:
+    """``webdataset_loader(order="deterministic")``: the readers on DataLoader2's workers
+    (items taken from them in turn), ranks handled by the order's plan, not by a reading
+    service."""
+    if post is not None or samples_per_epoch is not None:
+        raise ConfigError("webdataset_loader(order=\"deterministic\") takes neither post= nor "
+                          "samples_per_epoch=: use map= for a function of each sample")
+    check_ordered_options(pipe_options, "webdataset_loader")
+    spec = PipelineSpec.build(**pipe_options)
+    refs = shard_names(shards, spec.config)
+    run_seed = shared_seed(seed)
+    rank, world = rank_and_world()
+    plan = EpochPlan.temporary()  # DataLoader2 copies the pipe even in one process
+    setup = OrderSetup.build(refs, spec, seed=run_seed, streams=streams, rank=rank,
+                             world=world, epochs=plan, where="webdataset_loader")
+    pipe = OrderedRounds(setup)
+    persistent = loader_options.get("persistent_workers", True)
+    current: list[DataLoader2] = []
+    _install_round_robin_fix()
+
+    def open_rounds(epoch: int, resume: dict[str, Any] | None) -> DataLoader2:
+        plan.publish(epoch, resume)  # before iter(): the workers read it when they start
+        if current and current[0]._terminated:
+            close()
+        if not current:
+            service = MultiProcessingReadingService(
+                num_workers=num_workers,
+                multiprocessing_context=loader_options.get("multiprocessing_context"),
+                worker_prefetch_cnt=loader_options.get("prefetch_factor") or 10,
+                main_prefetch_cnt=10) if num_workers else None
+            current.append(DataLoader2(pipe, reading_service=service))
+        current[0]._reset_iter = True
+        return current[0]
+
+    def close() -> None:
+        while current:
+            current.pop().shutdown()
+
+    if num_workers:
+        check_picklable(pipe, num_workers, "the pipeline")
+    return keep_exchange(OrderedLoader(setup, open_epoch=open_rounds, collate=batch_collate(spec),
+                                       close=close, end_epoch=None if persistent else close,
+                                       sync=drop_sync(uneven)), uneven)
 
 
 def _plain_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: Uneven,

@@ -16,17 +16,24 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any
 
-import torch
-
 from aisio.core.collate import BatchCollate, sample_name
 from aisio.core.delivery import Failure, Positioned, pack_batch, ship_errors
 from aisio.core.epoch import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
 from aisio.core.errors import AISIOError, LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
+from aisio.core.ordered import (
+    OrderedLoader,
+    OrderSetup,
+    check_ordered_options,
+    is_deterministic,
+    refuse_streams,
+)
 from aisio.core.parse import parse_streams
+from aisio.core.plan import EpochPlan
 from aisio.core.spec import PipelineSpec, check_options
 from aisio.core.stages import SKIPPED, is_kept
 from aisio.datapipes.pipeline import documents_pipe_options, shard_names
+from aisio.loaders.ordered import batch_collate, can_pin
 from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
 from aisio.runtime.workers import EndsWithParent
 
@@ -85,6 +92,28 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
 
     def get_state(self) -> dict[str, Any]:
         return {"yielded": self._yielded}
+
+
+class RoundPacks(_Node or object):  # type: ignore[misc]
+    """A node yielding one rank's packs of the deterministic order, a list of chunks per
+    round, undecoded (:meth:`~aisio.core.ordered.OrderSetup.rounds`): every stream of the
+    rank, read in this process; each ``reset()`` reads the epoch last published."""
+
+    def __init__(self, setup: OrderSetup) -> None:
+        super().__init__()
+        self.setup = setup
+        self._items: Iterator[Any] | None = None
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self._items = self.setup.rounds(stage=False)
+
+    def next(self) -> Any:
+        assert self._items is not None, "reset() first"
+        return next(self._items)
+
+    def get_state(self) -> dict[str, Any]:
+        return {}  # the order's state is the training loop's (OrderedLoader.state_dict)
 
 
 class _Staged:
@@ -153,7 +182,9 @@ _REFUSED = {
 @documents_pipe_options(exclude=("resampled",))
 def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "thread",
                            seed: int | None = None, uneven: str = "drop",
-                           prefetch_factor: int = 2, **pipe_options: Any) -> ResumableLoader:
+                           prefetch_factor: int = 2, order: str = "fast",
+                           streams: int | None = None, **pipe_options: Any
+                           ) -> ResumableLoader | OrderedLoader:
     """Returns aisio's pipeline on ``torchdata.nodes``: :class:`ShardSamples` (this rank's
     shards) -> ``Batcher`` -> ``ParallelMapper`` (decode, tuples and collate, a batch at a
     time) -> ``Prefetcher`` -> ``Loader``, resumable mid-epoch on any number of workers and ranks
@@ -172,6 +203,12 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
         uneven: with torch.distributed, ``"drop"`` (every rank stops when the first runs out,
             so DDP never hangs) or ``"keep"`` (every sample once; ranks may stop apart).
         prefetch_factor: batches kept ready.
+        order: ``"fast"`` or ``"deterministic"``, as for :func:`aisio.webdataset_dataloader`
+            (``batch_size`` then the global batch; ``drop_last`` and ``decode_threads``
+            refused). Here the rank's streams are read by one thread of the training process
+            and ``num_workers`` decode them (``method``), in order.
+        streams: with ``order="deterministic"``, the canonical streams (see
+            :func:`aisio.webdataset_dataloader`).
         **pipe_options: the pipeline options below (with ``drop_last``: the rank's last,
             short batch), and DataLoader's ``in_order``, ``multiprocessing_context``
             (for ``method="process"``), ``pin_memory`` and ``pin_memory_device`` (nodes'
@@ -192,6 +229,11 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
             "(aisio.webdataset_dataloader)")
     check_options(pipe_options, where="webdataset_node_loader", known=PASSED, refused=_REFUSED)
     node_options = {name: pipe_options.pop(name) for name in PASSED if name in pipe_options}
+    if is_deterministic(order, "webdataset_node_loader"):
+        return _ordered_node_loader(shards, num_workers=num_workers, method=method, seed=seed,
+                                    uneven=uneven, prefetch_factor=prefetch_factor,
+                                    streams=streams, node_options=node_options, **pipe_options)
+    refuse_streams(streams, "webdataset_node_loader")
     spec = PipelineSpec.build(**pipe_options)
     refs = shard_names(shards, spec.config)
     run_seed = shared_seed(seed)
@@ -202,11 +244,7 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
         collate: Any = default_collate
     else:
         collate = None
-    pin = bool(node_options.get("pin_memory"))
-    if pin and not torch.accelerator.is_available():
-        warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then "
-                      "device pinned memory won't be used.", UserWarning, stacklevel=2)
-        pin = False
+    pin = _pin(node_options)
     samples = ShardSamples([], spec)
     node: Any = Batcher(samples, spec.batch_size, drop_last=False) if spec.batch_size else samples
     stage: Any = _Staged(Positioned(spec.stage()), partial(
@@ -236,6 +274,52 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
     return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
                                          close=close, report=spec.report, timings=spec.times,
                                          sync=drop_sync(uneven)), uneven)
+
+
+def _pin(node_options: dict[str, Any], stacklevel: int = 3) -> bool:
+    """Returns whether to pin; asked for without an accelerator, warns as torch's DataLoader
+    does and pins nothing."""
+    pin = bool(node_options.get("pin_memory"))
+    if pin and not can_pin(pin):
+        warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then "
+                      "device pinned memory won't be used.", UserWarning, stacklevel=stacklevel)
+        return False
+    return pin
+
+
+def _ordered_node_loader(shards: Any, *, num_workers: int, method: str, seed: int | None,
+                         uneven: str, prefetch_factor: int, streams: int | None,
+                         node_options: dict[str, Any], **pipe_options: Any) -> OrderedLoader:
+    """``webdataset_node_loader(order="deterministic")``: :class:`RoundPacks` ->
+    ``ParallelMapper`` (decode, in order) -> ``Prefetcher`` -> ``Loader``; batches made (and
+    pinned) in the training loop."""
+    check_ordered_options(pipe_options, "webdataset_node_loader")
+    spec = PipelineSpec.build(**pipe_options)
+    refs = shard_names(shards, spec.config)
+    run_seed = shared_seed(seed)
+    rank, world = rank_and_world()
+    plan = EpochPlan()  # the packs are read in this process
+    setup = OrderSetup.build(refs, spec, seed=run_seed, streams=streams, rank=rank,
+                             world=world, epochs=plan, where="webdataset_node_loader")
+    pin = _pin(node_options, stacklevel=4)
+    node: Any = RoundPacks(setup)
+    stage: Any = setup.stage_pack
+    if num_workers and method == "process":
+        stage = EndsWithParent(stage)
+    node = (ParallelMapper(node, stage, num_workers=num_workers, method=method,
+                           in_order=node_options.get("in_order", True),
+                           multiprocessing_context=node_options.get("multiprocessing_context"))
+            if num_workers else Mapper(node, stage))
+    loader = Loader(Prefetcher(node, prefetch_factor or 2))
+
+    def open_rounds(epoch: int, resume: dict[str, Any] | None) -> Any:
+        plan.publish(epoch, resume)  # the next reset (the loader's iter()) reads it
+        return loader
+
+    collate = batch_collate(spec, pin=pin, device=node_options.get("pin_memory_device") or None)
+    return keep_exchange(OrderedLoader(setup, open_epoch=open_rounds, collate=collate,
+                                       close=lambda: _stop_threads(loader),
+                                       sync=drop_sync(uneven)), uneven)
 
 
 def _stop_threads(root: Any) -> None:

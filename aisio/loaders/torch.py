@@ -22,9 +22,17 @@ from torch.utils.data import DataLoader
 from aisio.core.delivery import Delivery
 from aisio.core.errors import ConfigError, LoaderUnavailableError
 from aisio.core.loop import ResumableLoader
+from aisio.core.ordered import (
+    OrderedLoader,
+    OrderSetup,
+    check_ordered_options,
+    is_deterministic,
+    refuse_streams,
+)
 from aisio.core.plan import EpochPlan
 from aisio.core.spec import PipelineSpec, check_options
 from aisio.datapipes.pipeline import documents_pipe_options, epoch_pipe, shard_names
+from aisio.loaders.ordered import OrderedStreams, batch_collate, can_pin
 from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
 from aisio.runtime.workers import worker_init_fn
 
@@ -83,8 +91,12 @@ def _stop_workers(loader: Any) -> None:
 
 
 def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
-            seed: int | None, uneven: str, **options: Any) -> ResumableLoader:
+            seed: int | None, uneven: str, order: str = "fast", streams: int | None = None,
+            **options: Any) -> ResumableLoader | OrderedLoader:
     check_options(options, where=where, known=PASSED)
+    deterministic = is_deterministic(order, where)
+    if not deterministic:
+        refuse_streams(streams, where)
     torch_options = {name: options.pop(name) for name in PASSED if name in options}
     if "in_order" in torch_options and (
             "in_order" not in inspect.signature(loader_class).parameters):
@@ -93,36 +105,60 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
     if not num_workers and any(torch_options.get(name) for name in _WORKERS_ONLY):
         raise ConfigError(f"{where}(): {', '.join(n for n in _WORKERS_ONLY if n in torch_options)}"
                           " go(es) with worker processes: pass num_workers=N (N >= 1)")
+    if deterministic:
+        check_ordered_options(options, where)
     spec = PipelineSpec.build(**options)
     refs = shard_names(shards, spec.config)
     run_seed = shared_seed(seed)
     plan = EpochPlan.temporary() if num_workers else EpochPlan()
-    pipe = epoch_pipe(refs, spec, seed=run_seed, plan=plan, rank=rank_and_world()[0])
+    rank, world = rank_and_world()
     # Deliveries are pinned where torch pins (with an accelerator); without one, torch warns.
-    pinned = bool(torch_options.get("pin_memory")) and torch.accelerator.is_available()
+    pinned = can_pin(torch_options.get("pin_memory"))
     current: list[Any] = []
 
-    def open_epoch(epoch: int, resume: dict[str, Any] | None) -> Any:
-        plan.publish(epoch, resume)  # before iter(): the workers read it when they start
-        if not current:
-            kwargs = {name: value for name, value in torch_options.items()
-                      if value is not None or name not in _WORKERS_ONLY}
-            if num_workers:
-                kwargs.setdefault("persistent_workers", True)
-                kwargs.setdefault("prefetch_factor", 2)
-                # Built now, in the thread that iterates: workers end with the training process.
-                kwargs["worker_init_fn"] = worker_init_fn(kwargs.get("worker_init_fn"))
-            generator = torch.Generator()  # DataLoader's per-epoch seeds, not the global RNG
-            generator.manual_seed(run_seed)
-            with _quiet_set_vital():
-                current.append(loader_class(pipe, batch_size=None, num_workers=num_workers,
-                                            collate_fn=_pinnable if pinned else _as_is,
-                                            generator=generator, **kwargs))
-        return current[0]
+    def build(dataset: Any, collate_fn: Any) -> Any:
+        kwargs = {name: value for name, value in torch_options.items()
+                  if value is not None or name not in _WORKERS_ONLY}
+        if num_workers:
+            kwargs.setdefault("persistent_workers", True)
+            kwargs.setdefault("prefetch_factor", 2)
+            # Built now, in the thread that iterates: workers end with the training process.
+            kwargs["worker_init_fn"] = worker_init_fn(kwargs.get("worker_init_fn"))
+        generator = torch.Generator()  # DataLoader's per-epoch seeds, not the global RNG
+        generator.manual_seed(run_seed)
+        with _quiet_set_vital():
+            return loader_class(dataset, batch_size=None, num_workers=num_workers,
+                                collate_fn=collate_fn, generator=generator, **kwargs)
 
     def close() -> None:
         while current:
             _stop_workers(current.pop())
+
+    if deterministic:
+        setup = OrderSetup.build(refs, spec, seed=run_seed, streams=streams, rank=rank,
+                                 world=world, epochs=plan, where=where)
+        device = torch_options.get("pin_memory_device") or None
+        if pinned:  # the batch is made, and pinned, in the training process
+            torch_options["pin_memory"] = False
+            torch_options.pop("pin_memory_device", None)
+
+        def open_rounds(epoch: int, resume: dict[str, Any] | None) -> Any:
+            plan.publish(epoch, resume)  # before iter(): the workers read it when they start
+            if not current:
+                current.append(build(OrderedStreams(setup), _as_is))
+            return current[0]
+
+        collate = batch_collate(spec, pin=pinned, device=device)
+        return keep_exchange(OrderedLoader(setup, open_epoch=open_rounds, collate=collate,
+                                           close=close, sync=drop_sync(uneven)), uneven)
+
+    pipe = epoch_pipe(refs, spec, seed=run_seed, plan=plan, rank=rank)
+
+    def open_epoch(epoch: int, resume: dict[str, Any] | None) -> Any:
+        plan.publish(epoch, resume)  # before iter(): the workers read it when they start
+        if not current:
+            current.append(build(pipe, _pinnable if pinned else _as_is))
+        return current[0]
 
     return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch, close=close,
                                          report=spec.report, timings=spec.times,
@@ -131,7 +167,8 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
 
 @documents_pipe_options(exclude=("resampled",))
 def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
-                          uneven: str = "drop", **options: Any) -> ResumableLoader:
+                          uneven: str = "drop", order: str = "fast", streams: int | None = None,
+                          **options: Any) -> ResumableLoader | OrderedLoader:
     """Returns aisio's pipeline on ``torch.utils.data.DataLoader``: batches from AIStore
     shards, resumable mid-epoch (``state_dict()`` / ``load_state_dict()``).
 
@@ -147,6 +184,17 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
         seed: makes the shuffles reproducible (each epoch still reshuffles).
         uneven: with torch.distributed, ``"drop"`` (every rank stops when the first runs out,
             so DDP never hangs) or ``"keep"`` (every sample once; ranks may stop apart).
+        order: ``"fast"`` (each worker's own stream: the fastest, exactly once after any
+            resume) or ``"deterministic"`` (the batches are a function of the seed, epoch,
+            shard list, ``batch_size``, ``streams`` and ``shuffle_buffer`` alone: the same on
+            any number of workers and ranks, and after a resume on any other; see the README,
+            "The same order after any resume"). There ``batch_size`` is the *global* batch
+            (required: each of R ranks yields ``batch_size / R`` samples a step, made in the
+            training process), ``shuffle_buffer`` is per stream, and ``drop_last``,
+            ``decode_threads`` are refused.
+        streams: with ``order="deterministic"``, ``K``, the canonical streams: it must divide
+            ``batch_size``, and the number of ranks must divide it (default
+            ``gcd(batch_size, 8)``). Up to ``K / R`` workers per rank have work.
         **options: the pipeline options below, and DataLoader's ``pin_memory``,
             ``pin_memory_device``, ``persistent_workers`` (default True), ``prefetch_factor``
             (default 2), ``multiprocessing_context``, ``timeout``, ``in_order`` and
@@ -160,12 +208,14 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
         ...     tuple_fields=("png", "cls"), batch_size=64, num_workers=2)   # doctest: +SKIP
     """
     return _loader(DataLoader, "webdataset_dataloader", shards, num_workers=num_workers,
-                   seed=seed, uneven=uneven, **options)
+                   seed=seed, uneven=uneven, order=order, streams=streams, **options)
 
 
 @documents_pipe_options(exclude=("resampled",))
 def webdataset_stateful_loader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
-                               uneven: str = "drop", **options: Any) -> ResumableLoader:
+                               uneven: str = "drop", order: str = "fast",
+                               streams: int | None = None, **options: Any
+                               ) -> ResumableLoader | OrderedLoader:
     """Returns aisio's pipeline on torchdata's ``StatefulDataLoader`` (torchdata >= 0.8).
 
     Takes the options of :func:`webdataset_dataloader` (``in_order`` with torchdata >= 0.10).
@@ -185,5 +235,6 @@ def webdataset_stateful_loader(shards: Any, *, num_workers: int = 0, seed: int |
             "StatefulDataLoader needs torchdata >= 0.8: install torchdata, or use "
             "aisio.webdataset_dataloader (torch's DataLoader)") from exc
     return _loader(StatefulDataLoader, "webdataset_stateful_loader", shards,
-                   num_workers=num_workers, seed=seed, uneven=uneven, **options)
+                   num_workers=num_workers, seed=seed, uneven=uneven, order=order,
+                   streams=streams, **options)
 

@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from aisio.core.epoch import merge_states, shard_list_id
 from aisio.core.errors import ClusterError
+from aisio.core.order import merge_order_states
 
 
 def initialized() -> bool:
@@ -66,9 +67,16 @@ def gather_state(loader: Any) -> dict[str, Any]:
         return state
     exchange = getattr(loader, "exchange", None)
     if isinstance(exchange, StateExchange):
-        return merge_states(exchange.gather(loader.epoch, state))
+        return _merge(exchange.gather(loader.epoch, state))
     states: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(states, state, group=_gloo())
+    return _merge(states)
+
+
+def _merge(states: list[Any]) -> dict[str, Any]:
+    """Merges the ranks' states, of either order (``order="deterministic"``'s name it)."""
+    if states and isinstance(states[0], dict) and states[0].get("order") == "deterministic":
+        return merge_order_states(states)
     return merge_states(states)
 
 

@@ -25,6 +25,9 @@ of aisio's resumable loaders, as a real training loop would, checkpointing on th
   on: a crash in a later epoch, on workers that served the earlier ones.
 * ``--sleep`` slows each step down (to leave the test time to SIGKILL the job mid-epoch).
 * ``--epochs``: how many epochs to run (the first may be a resumed one).
+* ``--order deterministic`` (with ``--streams K``): the loader's deterministic order;
+  ``--batch-size`` is then the global batch. Each batch's keys are also appended, as a JSON
+  list per line, to ``DIR/batches-rank<R>.jsonl`` (to merge the ranks' batches round by round).
 * At the end, ``DIR/done-rank<R>.json`` gets the batch count of every epoch.
 """
 
@@ -49,6 +52,8 @@ def build(kind: str, template: str, args: argparse.Namespace) -> Any:
     factory = {"dl2": aisio.webdataset_loader, "dataloader": aisio.webdataset_dataloader,
                "stateful": aisio.webdataset_stateful_loader,
                "nodes": aisio.webdataset_node_loader}[kind]
+    if args.order != "fast":
+        options.update(order=args.order, streams=args.streams)
     return factory(template, **options)
 
 
@@ -86,6 +91,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--max-steps", type=int, default=10_000)  # bounds every loop
     parser.add_argument("--ckpt-by-file", action="store_true")
+    parser.add_argument("--order", default="fast")
+    parser.add_argument("--streams", type=int, default=None)
     args = parser.parse_args()
 
     import torch.distributed as dist
@@ -104,7 +111,8 @@ def main() -> None:
     written = 0
     by_step: dict[str, Any] = {}
     batches: list[int] = []
-    with open(keys_path, "a") as out:
+    batches_path = os.path.join(args.out, f"batches-rank{args.rank}.jsonl")
+    with open(keys_path, "a") as out, open(batches_path, "a") as batch_log:
         for _ in range(args.epochs):
             epoch = loader.epoch
             step = 0
@@ -115,6 +123,9 @@ def main() -> None:
                 out.write("".join(f"{epoch}\t{key}\n" for key in keys))
                 out.flush()
                 os.fsync(out.fileno())
+                if args.order != "fast":
+                    batch_log.write(json.dumps([epoch, list(keys)]) + "\n")
+                    batch_log.flush()
                 written += len(keys)
                 if (args.ckpt_by_file and args.every and step % args.every == 0
                         and step <= args.ckpt_until):

@@ -1,47 +1,160 @@
-"""The deterministic order on torch's DataLoader (aisio.loaders.ordered, staging), against the
-real AIStore: the same batches with 0, 1 and 2 workers, and after a resume on another number."""
+"""``order="deterministic"`` on every one-call loader, against the real AIStore: the same batches
+with 0, 1 and 2 workers, and a run interrupted at any step and resumed on another number of
+workers continues with exactly the batches the uninterrupted run would have yielded next."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+import aisio
 from aisio.core.client import Client
-from aisio.core.errors import StateMismatchError
 from aisio.core.urls import Bucket
-from aisio.loaders.ordered import OrderedLoader
-from tests.conftest import write_shards
+from tests.conftest import LOADERS, write_shards
+
+OPTS: dict[str, Any] = dict(order="deterministic", streams=4, batch_size=8, shuffle_buffer=6,
+                            seed=5, tuple_fields=("__key__", "cls"),
+                            decode=aisio.Decoder(image=None))
 
 
-def _keys(batches: object) -> list[list[str]]:
-    return [[s["__key__"] for s in batch] for batch in batches]  # type: ignore[attr-defined]
+@pytest.fixture
+def shards(ais_client: Client, bucket: Bucket, tmp_path: Path) -> tuple[str, list[str]]:
+    return write_shards(ais_client, bucket, tmp_path, shards=7, per_shard=12)
+
+
+def _keys(batches: Any, stop: int | None = None) -> list[list[str]]:
+    out: list[list[str]] = []
+    for keys, labels in batches:
+        assert isinstance(labels, torch.Tensor) and len(labels) == len(keys)
+        out.append(list(keys))
+        if stop is not None and len(out) == stop:
+            break
+    return out
+
+
+def _loader(kind: str, template: str, endpoint: str, workers: int, **extra: Any) -> Any:
+    return LOADERS[kind](template, url=endpoint, num_workers=workers, **{**OPTS, **extra})
+
+
+def _run(kind: str, template: str, endpoint: str, workers: int) -> list[list[str]]:
+    loader = _loader(kind, template, endpoint, workers)
+    try:
+        return _keys(loader)
+    finally:
+        loader.shutdown()
+
+
+@pytest.fixture(params=sorted(LOADERS))
+def kind(request: pytest.FixtureRequest) -> Iterator[str]:
+    yield request.param
 
 
 def test_same_batches_on_any_workers_and_after_a_resume(
-        ais_client: Client, ais_endpoint: str, bucket: Bucket, tmp_path: Path) -> None:
-    template, keys = write_shards(ais_client, bucket, tmp_path, shards=7, per_shard=12)
-    opts = dict(endpoint=ais_endpoint, streams=4, batch_size=8, shuffle_buffer=6, seed=5,
-                collate=False)
-    whole = _keys(OrderedLoader(template, num_workers=0, **opts))
+        kind: str, shards: tuple[str, list[str]], ais_endpoint: str) -> None:
+    template, keys = shards
+    whole = _run(kind, template, ais_endpoint, 0)
     assert sorted(k for b in whole for k in b) == sorted(keys)
     assert all(len(b) == 8 for b in whole[:5])
     for workers in (1, 2):
-        assert _keys(OrderedLoader(template, num_workers=workers, **opts)) == whole
-    for before, after, kill in [(2, 1, 3), (0, 2, 5), (1, 0, 1)]:
-        first = OrderedLoader(template, num_workers=before, **opts)
-        got = []
-        for batch in first:
-            got.append([s["__key__"] for s in batch])
-            if len(got) == kill:
-                break
+        assert _run(kind, template, ais_endpoint, workers) == whole, workers
+    for before, after, kill in [(2, 1, 3), (0, 2, 5)]:
+        first = _loader(kind, template, ais_endpoint, before)
+        got = _keys(first, stop=kill)
         state = json.loads(json.dumps(first.state_dict()))
-        second = OrderedLoader(template, num_workers=after, **opts)
+        if kill == 3:  # the same loader, left mid-epoch, takes the state back too
+            first.load_state_dict(state)
+            assert got + _keys(first) == whole
+        first.shutdown()
+        second = _loader(kind, template, ais_endpoint, after)
         second.load_state_dict(state)
+        assert second.epoch == 0
         assert got + _keys(second) == whole, (before, after, kill)
-    # the next epoch is whole and reshuffled
-    assert sorted(k for b in _keys(second) for k in b) == sorted(keys)
-    other = OrderedLoader(template, num_workers=0, **{**opts, "streams": 2})
-    with pytest.raises(StateMismatchError, match="canonical streams"):
+        # the next epoch: whole, reshuffled, and the uninterrupted run's epoch 1
+        next_epoch = _keys(second)
+        second.shutdown()
+        assert sorted(k for b in next_epoch for k in b) == sorted(keys)
+        assert next_epoch != whole
+    fresh = _loader(kind, template, ais_endpoint, 1)
+    fresh.set_epoch(1)
+    assert _keys(fresh) == next_epoch
+    fresh.shutdown()
+
+
+def test_a_state_of_another_plan_or_order_is_refused(
+        shards: tuple[str, list[str]], ais_endpoint: str) -> None:
+    template, _ = shards
+    loader = _loader("dataloader", template, ais_endpoint, 0)
+    _keys(loader, stop=2)
+    state = loader.state_dict()
+    other = _loader("dataloader", template, ais_endpoint, 0, streams=2)
+    with pytest.raises(aisio.StateMismatchError, match="canonical streams"):
         other.load_state_dict(state)
+    fast = aisio.webdataset_dataloader(template, url=ais_endpoint, batch_size=8, seed=5)
+    with pytest.raises(aisio.StateMismatchError):
+        fast.load_state_dict(state)
+    with pytest.raises(aisio.StateMismatchError, match="deterministic-order"):
+        loader.load_state_dict(fast.state_dict())
+    with pytest.raises(aisio.StateMismatchError, match="gather_state"):
+        aisio.merge_states([state, state])
+
+
+@pytest.mark.parametrize("kind", [k for k in ("dataloader", "dataloader2") if k in LOADERS])
+def test_workers_live_across_epochs_and_a_bad_shard_keeps_its_error(
+        kind: str, shards: tuple[str, list[str]], ais_endpoint: str, bucket: Bucket) -> None:
+    template, keys = shards
+    loader = _loader(kind, template, ais_endpoint, 2)
+    try:
+        _keys(loader)
+        current = loader.current
+        pids = sorted(w.pid for w in current._iterator._workers) if kind == "dataloader" else []
+        assert len(_keys(loader)) > 0 and loader.current is current and loader.epoch == 2
+        if kind == "dataloader":
+            assert sorted(w.pid for w in current._iterator._workers) == pids
+    finally:
+        loader.shutdown()
+    missing = [template, bucket.uri("missing.tar")]
+    failing = _loader(kind, missing, ais_endpoint, 2)
+    try:
+        with pytest.raises(aisio.NotFoundError, match=r"missing\.tar"):
+            _keys(failing)
+    finally:
+        failing.shutdown()
+    skipping = _loader(kind, missing, ais_endpoint, 2, on_error="skip")
+    try:
+        assert sorted(k for b in _keys(skipping) for k in b) == sorted(keys)
+        assert len(skipping.report) == 1
+    finally:
+        skipping.shutdown()
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_resume_at_any_step_on_any_workers(
+        shards: tuple[str, list[str]], ais_endpoint: str, data: st.DataObject) -> None:
+    template, _ = shards
+    kind = data.draw(st.sampled_from(sorted(LOADERS)), label="loader")
+    whole = _WHOLE.setdefault((template, kind), _run(kind, template, ais_endpoint, 0))
+    kill = data.draw(st.integers(1, len(whole) - 1), label="kill step")
+    before, after = (data.draw(st.integers(0, 3), label=f"workers {w}") for w in ("before",
+                                                                                  "after"))
+    first = _loader(kind, template, ais_endpoint, before)
+    got = _keys(first, stop=kill)
+    state = json.loads(json.dumps(first.state_dict()))
+    first.shutdown()
+    second = _loader(kind, template, ais_endpoint, after)
+    second.load_state_dict(state)
+    try:
+        assert got + _keys(second) == whole
+    finally:
+        second.shutdown()
+
+
+_WHOLE: dict[tuple[str, str], list[list[str]]] = {}

@@ -97,3 +97,27 @@ def test_a_pinned_delivery_pins_its_value_and_is_the_delivery_again() -> None:
     out = _pinnable(delivery).pin_memory()  # what torch's pin-memory step calls
     assert out is delivery and all(value.pinned for value in out.value)
     assert _pinnable("a Failure or anything else") == "a Failure or anything else"
+
+
+@pytest.mark.parametrize("kind", sorted(LOADERS))
+@pytest.mark.parametrize(("options", "match"), [
+    ({"order": "sorted", "batch_size": 8}, 'order="deterministic"'),
+    ({"streams": 4, "batch_size": 8}, 'goes with order="deterministic"'),
+    ({"order": "deterministic"}, "needs batch_size=G"),
+    ({"order": "deterministic", "batch_size": 8, "streams": 3}, r"one of \[1, 2, 4, 8\]"),
+    ({"order": "deterministic", "batch_size": 8, "drop_last": True}, "cannot honour drop_last"),
+    ({"order": "deterministic", "batch_size": 8, "decode_threads": 2}, "decode_threads"),
+])
+def test_the_order_options_answer_back(kind: str, options: dict[str, Any], match: str) -> None:
+    with pytest.raises(aisio.ConfigError, match=match):
+        LOADERS[kind](SHARDS, url=ENDPOINT, **options)
+
+
+@pytest.mark.parametrize("kind", sorted(LOADERS))
+def test_the_deterministic_order_takes_the_global_batch(kind: str) -> None:
+    loader = LOADERS[kind](SHARDS, url=ENDPOINT, order="deterministic", batch_size=12, seed=1)
+    try:
+        assert loader.setup.streams == 4  # gcd(12, 8)
+        assert loader.state_dict()["batch"] == 12
+    finally:
+        loader.shutdown()
