@@ -269,7 +269,7 @@ ARMS: dict[str, dict[str, Arm]] = {
         "webdataset": _WDS,
         "aisio": Arm("aisio lister -> loader -> parser", aisio_single, "one process"),
         **loader_arms("batches of {batch} in the workers", {"batch": 64},
-                      one_worker=("dataloader2", "dataloader")),
+                      one_worker=("dataloader2", "dataloader"), ordered=True),
     },
     "objects": {
         "curl": _CURL,

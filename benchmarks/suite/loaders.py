@@ -83,10 +83,12 @@ def _epochs(job: Job) -> int:
 
 
 def resumable(job: Job) -> Pass:
-    """aisio's one-call, resumable entry point of the ``loader`` option, ``workers`` workers."""
+    """aisio's one-call, resumable entry point of the ``loader`` option, ``workers`` workers
+    (with the ``order`` option, in that order: ``"deterministic"``)."""
     make = getattr(aisio, ENTRY_POINTS[job.options["loader"]])
+    order = {"order": job.options["order"]} if job.options.get("order") else {}
     loader = make(_names(job), num_workers=int(job.options.get("workers", 2)), seed=0,
-                  **_options(job))
+                  **_options(job), **order)
     return LoaderPass(loader, _count(job), job.nbytes // _epochs(job), epochs=_epochs(job))
 
 
@@ -154,9 +156,10 @@ def _nodes_loader(names: list[str], options: dict[str, Any], workers: int) -> An
 
 
 def loader_arms(note: str, options: dict[str, Any], *, plain_arms: bool = True,
-                one_worker: tuple[str, ...] = ()) -> dict[str, Arm]:
-    """Arms for every loader on the same options, 2 workers each: plain then resumable, and a
-    1-worker resumable arm for the loaders in ``one_worker``."""
+                one_worker: tuple[str, ...] = (), ordered: bool = False) -> dict[str, Arm]:
+    """Arms for every loader on the same options, 2 workers each: plain then resumable, a
+    1-worker resumable arm for the loaders in ``one_worker``, and with ``ordered`` the
+    resumable loader in the deterministic order (8 streams, global batches)."""
     arms: dict[str, Arm] = {}
     for name in ENTRY_POINTS:
         ok, python = where(name)
@@ -168,6 +171,11 @@ def loader_arms(note: str, options: dict[str, Any], *, plain_arms: bool = True,
         arms[f"loader-{name}"] = Arm(f"aisio {name} (resumable), {{workers}} workers",
                                      resumable, note, {**options, "loader": name, "workers": 2},
                                      python)
+        if ordered:
+            arms[f"ordered-{name}"] = Arm(
+                f"aisio {name} (order=\"deterministic\"), {{workers}} workers", resumable,
+                note, {**options, "loader": name, "workers": 2, "order": "deterministic"},
+                python)
         if name in one_worker:
             arms[f"loader-{name}-w1"] = Arm(f"aisio {name} (resumable), 1 worker", resumable,
                                             note, {**options, "loader": name, "workers": 1},

@@ -124,6 +124,12 @@ def loader_targets(w: dict[str, Any]) -> list[dict[str, Any]]:
                                _rate(w, workload, f"plain-{name}"), 0.95,
                                "samples/s, one-call loader / the same pipe on the loader "
                                "built by hand"))
+        for workload in ("large", "small"):
+            if f"ordered-{name}" in _arms(w, workload):
+                out.append(_target(f"{workload}: {name} deterministic order vs default",
+                                   _rate(w, workload, f"ordered-{name}"),
+                                   _rate(w, workload, f"loader-{name}"), 0.9,
+                                   "samples/s, order=\"deterministic\" / the default order"))
     for name in ("dataloader2", "dataloader"):
         if f"loader-{name}-w1" in _arms(w, "large"):
             out.append(_target(f"large: {name} 1 worker vs in-process",
