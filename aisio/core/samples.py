@@ -239,6 +239,7 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool) -> Iterator[Any
     # only its first 148 bytes summed.
     tail = b""
     tail_sum = 0
+    closed = False
     try:
         try:
             try:
@@ -326,8 +327,15 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool) -> Iterator[Any
             busy += clock() - resumed
             members += len(sample) - 2
             yield (sample, end) if ends else sample
+    except GeneratorExit:
+        # Closed unfinished: dropped by a loop that stopped, or collected later, maybe while
+        # another epoch (or loader) runs in this process; what it did since its last report
+        # is left out rather than counted there.
+        closed = True
+        raise
     finally:
-        _report(busy, timer.seconds - read_before, members - counted)
+        if not closed:
+            _report(busy, timer.seconds - read_before, members - counted)
 
 
 def _report(busy: float, read: float, members: int) -> None:

@@ -311,6 +311,7 @@ def iter_tar(
     clock = time.perf_counter
     parse = read_before = 0.0
     count = 0
+    closed = False
     try:
         start = clock()
         try:
@@ -337,11 +338,15 @@ def iter_tar(
                 parse = 0.0
                 timing.flush()
             yield member
+    except GeneratorExit:  # closed unfinished: not counted (see aisio.core.samples._scan)
+        closed = True
+        raise
     finally:
-        read = timer.seconds - read_before
-        timing.add("read", read, 0)
-        timing.add("parse", parse - read, count & 255)
-        timing.flush()
+        if not closed:
+            read = timer.seconds - read_before
+            timing.add("read", read, 0)
+            timing.add("parse", parse - read, count & 255)
+            timing.flush()
 
 
 class _TimedReader:

@@ -284,3 +284,30 @@ def _collect(samples: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], E
     except Exception as exc:  # both libraries' errors are compared
         return out, exc
     return out, None
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_reader_closed_unfinished_adds_nothing_to_the_stage_times(fast: bool) -> None:
+    """A reader dropped mid-shard (a loop that stopped; collected later, maybe while another
+    epoch runs in this process) must not add its members to that epoch's counts."""
+    from aisio.core import timing
+    from aisio.core.samples import iter_samples
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(10):
+            for suffix in ("jpg", "cls"):
+                info = tarfile.TarInfo(f"{i:03d}.{suffix}")
+                info.size = 3
+                tar.addfile(info, io.BytesIO(b"abc"))
+    timing.reset()
+    samples = iter_samples(io.BytesIO(out.getvalue()), url="s.tar", fast=fast)
+    next(samples)
+    samples.close()
+    members = iter_tar(io.BytesIO(out.getvalue()), url="s.tar")
+    next(members)
+    members.close()
+    assert timing.snapshot()["parse_n"] == 0
+    assert sum(1 for _ in iter_samples(io.BytesIO(out.getvalue()), url="s.tar", fast=fast)) == 10
+    assert timing.snapshot()["parse_n"] == 20
+    timing.reset()
