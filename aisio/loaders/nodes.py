@@ -3,9 +3,9 @@
 :class:`ShardSamples` is aisio's listing, loading and parsing as one node: it reads a list of
 shard tasks through the core (streamed, resumable reads; tar parsing; the error policy) and
 yields samples, shuffled through a buffer if asked. It composes with nodes' ``Batcher``,
-``ParallelMapper`` (decode in threads or processes, a batch at a time), ``Prefetcher`` and
-``Loader``;
-:func:`webdataset_node_loader` builds that chain and wraps it in the resumable loop.
+:class:`~aisio.loaders.nodes_pool.PoolMapper` (decode in threads or processes that live
+across epochs, a batch at a time), ``Prefetcher`` and ``Loader``; :func:`webdataset_node_loader`
+builds that chain and wraps it in the resumable loop.
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ from aisio.core.plan import EpochPlan
 from aisio.core.spec import PipelineSpec, check_options
 from aisio.core.stages import SKIPPED, is_kept
 from aisio.datapipes.pipeline import documents_pipe_options, shard_names
+from aisio.loaders.nodes_pool import PoolMapper
 from aisio.loaders.ordered import batch_collate, can_pin
 from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
-from aisio.runtime.workers import EndsWithParent
 
 try:
     import torchdata.nodes as _nodes
-    from torchdata.nodes import Batcher, Loader, Mapper, ParallelMapper, PinMemory, Prefetcher
+    from torchdata.nodes import Batcher, Loader, Mapper, PinMemory, Prefetcher
 except ImportError:  # torchdata < 0.10: the node loader says so when asked for
     _nodes = None
 
@@ -172,8 +172,8 @@ def _deliver(collate: Any, shards: Sequence[Any], drop_last: int, pin: bool, bat
 PASSED = ("in_order", "multiprocessing_context", "pin_memory", "pin_memory_device",
           "prefetch_factor")
 _REFUSED = {
-    "persistent_workers": "torchdata.nodes' ParallelMapper starts its workers at each epoch's "
-                          "reset (threads by default: nothing to keep); drop the option",
+    "persistent_workers": "webdataset_node_loader's mapper threads (or processes) always live "
+                          "across epochs, until loader.shutdown(); drop the option",
     "timeout": "torchdata.nodes has no per-batch timeout; reads are bounded by "
                "AISConfig(read_timeout=...)",
 }
@@ -186,19 +186,20 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
                            streams: int | None = None, **pipe_options: Any
                            ) -> ResumableLoader | OrderedLoader:
     """Returns aisio's pipeline on ``torchdata.nodes``: :class:`ShardSamples` (this rank's
-    shards) -> ``Batcher`` -> ``ParallelMapper`` (decode, tuples and collate, a batch at a
-    time) -> ``Prefetcher`` -> ``Loader``, resumable mid-epoch on any number of workers and ranks
-    (torchdata >= 0.10). Shards and samples are shuffled by default (``shuffle_buffer=1000``
-    per rank: see below; ``shuffle_buffer=0`` keeps each shard's order).
+    shards) -> ``Batcher`` -> :class:`~aisio.loaders.nodes_pool.PoolMapper` (decode, tuples
+    and collate, a batch at a time) -> ``Prefetcher`` -> ``Loader``, resumable mid-epoch on any
+    number of workers and ranks (torchdata >= 0.10). Shards and samples are shuffled by
+    default (``shuffle_buffer=1000`` per rank: see below; ``shuffle_buffer=0`` keeps each
+    shard's order).
 
-    The graph is built once; each epoch resets it with that epoch's shards (nodes'
-    ``ParallelMapper`` starts its threads, or processes, at each reset).
+    The graph is built once; each epoch resets it with that epoch's shards, and its mapper's
+    threads (or processes) live across epochs until :meth:`~aisio.ResumableLoader.shutdown`.
 
     Args:
         shards: a template (``"ais://b/train-{0000..0099}.tar"``), an object, a bucket or
             prefix (``"ais://b/train/"``, listed once), a list of them, or SDK objects.
         num_workers: decode in this many threads or processes (``method``); 0: inline.
-        method: ``"thread"`` or ``"process"`` (nodes' ``ParallelMapper``).
+        method: ``"thread"`` or ``"process"`` (the mapper's workers).
         seed: makes the shuffles reproducible (each epoch still reshuffles).
         uneven: with torch.distributed, ``"drop"`` (every rank stops when the first runs out,
             so DDP never hangs) or ``"keep"`` (every sample once; ranks may stop apart).
@@ -250,11 +251,9 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
     stage: Any = _Staged(Positioned(spec.stage()), partial(
         _deliver, collate if spec.batch_size else None, refs,
         (spec.batch_size or 0) if spec.drop_last else 0, pin))
-    if num_workers and method == "process":
-        stage = EndsWithParent(stage)  # its processes end with this one
-    node = (ParallelMapper(node, stage, num_workers=num_workers, method=method,
-                           in_order=node_options.get("in_order", True),
-                           multiprocessing_context=node_options.get("multiprocessing_context"))
+    node = (PoolMapper(node, stage, num_workers, method=method,
+                       in_order=node_options.get("in_order", True),
+                       multiprocessing_context=node_options.get("multiprocessing_context"))
             if num_workers else Mapper(node, stage))
     node = Prefetcher(node, prefetch_factor or 2)
     if pin:
@@ -291,7 +290,8 @@ def _ordered_node_loader(shards: Any, *, num_workers: int, method: str, seed: in
                          uneven: str, prefetch_factor: int, streams: int | None,
                          node_options: dict[str, Any], **pipe_options: Any) -> OrderedLoader:
     """``webdataset_node_loader(order="deterministic")``: :class:`RoundPacks` ->
-    ``ParallelMapper`` (decode, in order) -> ``Prefetcher`` -> ``Loader``; batches made (and
+    :class:`~aisio.loaders.nodes_pool.PoolMapper` (decode, in order) -> ``Prefetcher`` ->
+    ``Loader``; batches made (and
     pinned) in the training loop."""
     check_ordered_options(pipe_options, "webdataset_node_loader")
     spec = PipelineSpec.build(**pipe_options)
@@ -304,11 +304,9 @@ def _ordered_node_loader(shards: Any, *, num_workers: int, method: str, seed: in
     pin = _pin(node_options, stacklevel=4)
     node: Any = RoundPacks(setup)
     stage: Any = setup.stage_pack
-    if num_workers and method == "process":
-        stage = EndsWithParent(stage)
-    node = (ParallelMapper(node, stage, num_workers=num_workers, method=method,
-                           in_order=node_options.get("in_order", True),
-                           multiprocessing_context=node_options.get("multiprocessing_context"))
+    node = (PoolMapper(node, stage, num_workers, method=method,
+                       in_order=node_options.get("in_order", True),
+                       multiprocessing_context=node_options.get("multiprocessing_context"))
             if num_workers else Mapper(node, stage))
     loader = Loader(Prefetcher(node, prefetch_factor or 2))
 
@@ -331,6 +329,8 @@ def _stop_threads(root: Any) -> None:
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
+        if isinstance(node, PoolMapper):
+            node.shutdown()
         shutdown = getattr(getattr(node, "_it", None), "_shutdown", None)
         if shutdown is not None:
             shutdown()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -198,6 +200,47 @@ def test_worker_processes_start_once_and_serve_every_epoch(
     assert underlying[0] is underlying[1] is underlying[2]
     if make is not LOADERS.get("nodes"):  # nodes decodes in threads of this process
         assert len(epochs[0]) == 2 and os.getpid() not in epochs[0]
+
+
+@pytest.mark.skipif("nodes" not in LOADERS, reason="torchdata.nodes needs torchdata >= 0.10")
+def test_nodes_mapper_processes_start_once_and_serve_every_epoch(
+        ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+    """torchdata.nodes with ``method="process"``: the same 2 mapper processes every epoch (nodes'
+    own ParallelMapper starts new ones at each reset), and none left after shutdown()."""
+    template, keys = shards
+    loader = LOADERS["nodes"](template, url=ais_endpoint, num_workers=2, seed=2,
+                              method="process", **PID_OPTIONS)
+    epochs = []
+    try:
+        for _ in range(3):
+            got = [(key, pid) for batch in loader for key, pid in batch]
+            assert Counter(key for key, _ in got) == Counter(keys)
+            epochs.append({pid for _, pid in got})
+    finally:
+        loader.shutdown()
+    assert epochs[0] == epochs[1] == epochs[2] and os.getpid() not in epochs[0]
+    assert 1 <= len(epochs[0]) <= 2
+    for pid in epochs[0]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@pytest.mark.skipif("nodes" not in LOADERS, reason="torchdata.nodes needs torchdata >= 0.10")
+def test_a_killed_nodes_mapper_process_is_named_and_the_next_epoch_runs(
+        ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+    template, keys = shards
+    loader = LOADERS["nodes"](template, url=ais_endpoint, num_workers=2, seed=2,
+                              method="process", **PID_OPTIONS)
+    try:
+        with pytest.raises(aisio.WorkerDiedError, match=r"mapper process.*state_dict"):
+            for step, batch in enumerate(loader):
+                if step == 0:
+                    os.kill(batch[0][1], signal.SIGKILL)  # as the OOM killer does
+                time.sleep(0.05)
+        got = [key for batch in loader for key, _ in batch]  # a new pool for the next epoch
+        assert Counter(got) == Counter(keys)
+    finally:
+        loader.shutdown()
 
 
 @pytest.mark.parametrize("kind", sorted({"dataloader2", "dataloader"} & set(LOADERS)))
