@@ -47,37 +47,19 @@ def parse_streams(pairs: Iterable[tuple[Any, IO[bytes]]], policy: ErrorPolicy
 
 
 def task_samples(task: ShardTask, stream: Any) -> Iterator[dict[str, Any]]:
-    """Yields the samples of one task's stream (opened at ``task.start``), each with its
+    """Returns the samples of one task's stream (opened at ``task.start``), each with its
     position in :data:`POSITION` and its shard's content id in :data:`VERSION`; samples in
     ``task.skip`` are read but not yielded.
 
-    The last sample of the shard is held until the end of the archive is seen, so that it can
-    be marked ``last``; a fault in the next sample still yields the held one (it is whole).
+    A sample is yielded once the next one begins (or the archive ends: then it is marked
+    ``last``), so a fault in the next sample still yields it (it is whole). The parser tags
+    the samples itself (:func:`~aisio.core.samples.iter_samples`' ``tag``): no layer per
+    sample on the resumable loaders' path.
     """
-    url = task.uri()
     version = content_id(stream)
-    pending: dict[str, Any] | None = None
-    ordinal = task.first
-    samples = iter_samples(stream, url=url, start_offset=task.start, ends=True)
-    try:
-        for sample, end in samples:
-            if pending is not None:
-                yield pending
-            pending = None
-            if ordinal not in task.skip:
-                sample[POSITION] = (task.index, ordinal, end, False)
-                if version is not None:
-                    sample[VERSION] = version
-                pending = sample
-            ordinal += 1
-    except AISIOError:
-        if pending is not None:  # complete (the next sample had begun), and not the last
-            yield pending
-        raise
-    if pending is not None:
-        index, last_ordinal, end, _ = pending[POSITION]
-        pending[POSITION] = (index, last_ordinal, end, last_ordinal == ordinal - 1)
-        yield pending
+    return iter_samples(stream, url=task.uri(), start_offset=task.start,
+                        tag=(POSITION, task.index, task.first, task.skip,
+                             {VERSION: version} if version is not None else {}))
 
 
 def drain(stream: IO[bytes], limit: int = 1 << 20) -> None:

@@ -158,6 +158,7 @@ def iter_samples(
     bufsize: int = 1 << 20,
     ends: bool = False,
     fast: bool = True,
+    tag: Tag | None = None,
 ) -> Iterator[Any]:
     """Yields the WebDataset samples of a tar stream, read and grouped in one pass.
 
@@ -179,12 +180,21 @@ def iter_samples(
         ends: yield ``(sample, end)`` pairs instead of samples, ``end`` being the offset just
             past the sample's last member (where a reader restarts after it).
         fast: False reads every member through the general reader (for tests).
+        tag: ``(field, shard, first, skip, extra)``: give each sample its position in
+            ``field``, ``(shard, ordinal, end, last)``, counting ordinals from ``first``, and
+            the ``extra`` fields; samples whose ordinal is in ``skip`` are read but not
+            yielded (a resumed shard task: :func:`aisio.core.parse.task_samples`). ``last``
+            is True for the shard's final sample only.
 
     Raises:
         ShardFormatError: as :func:`aisio.core.tar.iter_tar`, or a suffix repeats in a sample.
         LoaderUnavailableError: the shard is zstd-compressed and ``zstandard`` is missing.
     """
-    return _scan(ShardReader(stream, url, start_offset, bufsize), url, ends, fast)
+    return _scan(ShardReader(stream, url, start_offset, bufsize), url, ends, fast, tag)
+
+
+Tag = tuple[str, int, int, "frozenset[int] | set[int]", "dict[str, Any]"]
+"""What :func:`iter_samples` adds to each sample of a shard task (see its ``tag``)."""
 
 
 # From a header: the name field, the size's 11 octal digits and the byte after them, the checksum's
@@ -215,8 +225,10 @@ def _tail_sum(tail: bytes) -> int:
     return (zlib.adler32(tail[:178], 0) & 0xFFFF) + (zlib.adler32(tail[178:], 0) & 0xFFFF)
 
 
-def _scan(reader: ShardReader, url: str, ends: bool, fast: bool) -> Iterator[Any]:
+def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None
+          ) -> Iterator[Any]:
     """Yields samples (or ``(sample, end)`` pairs) from ``reader`` (see :func:`iter_samples`)."""
+    field, shard, ordinal, skip, extra = tag if tag is not None else ("", 0, 0, frozenset(), {})
     unpack_from = _COMMON.unpack_from
     adler32 = zlib.adler32
     checksums = _CHECKSUMS
@@ -300,7 +312,14 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool) -> Iterator[Any
                                 seconds = timer.seconds
                                 _report(busy, seconds - read_before, members - counted)
                                 busy, read_before, counted = 0.0, seconds, members
-                            yield (sample, end) if ends else sample
+                            if tag is None:
+                                yield (sample, end) if ends else sample
+                            else:  # a next sample began: this one is not the shard's last
+                                if ordinal not in skip:
+                                    sample[field] = (shard, ordinal, end, False)
+                                    sample.update(extra)
+                                    yield sample
+                                ordinal += 1
                             resumed = clock()
                         sample = {"__key__": member_key, "__url__": url}
                         key = member_key
@@ -318,15 +337,25 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool) -> Iterator[Any
             if sample is not None and getattr(exc, "given_up", None) is None:
                 at = getattr(exc, "member", None)
                 parts = split_key(at) if at else None
-                if parts is not None and parts[0] != sample["__key__"]:
-                    yield (sample, end) if ends else sample  # the fault is in another sample
+                if parts is not None and parts[0] != sample["__key__"]:  # the fault is in another
+                    if tag is None:
+                        yield (sample, end) if ends else sample
+                    elif ordinal not in skip:
+                        sample[field] = (shard, ordinal, end, False)
+                        sample.update(extra)
+                        yield sample
                 else:  # given up: more of its files may lie past the fault
                     exc.given_up = sample["__key__"]  # type: ignore[attr-defined]
             raise
         if sample is not None:
             busy += clock() - resumed
             members += len(sample) - 2
-            yield (sample, end) if ends else sample
+            if tag is None:
+                yield (sample, end) if ends else sample
+            elif ordinal not in skip:
+                sample[field] = (shard, ordinal, end, True)
+                sample.update(extra)
+                yield sample
     except GeneratorExit:
         # Closed unfinished: dropped by a loop that stopped, or collected later, maybe while
         # another epoch (or loader) runs in this process; what it did since its last report
