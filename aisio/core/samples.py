@@ -312,7 +312,7 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None
                                 seconds = timer.seconds
                                 _report(busy, seconds - read_before, members - counted)
                                 busy, read_before, counted = 0.0, seconds, members
-                            if tag is None:
+                            if tag is None:  # _finished(..., last=False), inlined: per sample
                                 yield (sample, end) if ends else sample
                             else:  # a next sample began: this one is not the shard's last
                                 if ordinal not in skip:
@@ -338,24 +338,18 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None
                 at = getattr(exc, "member", None)
                 parts = split_key(at) if at else None
                 if parts is not None and parts[0] != sample["__key__"]:  # the fault is in another
-                    if tag is None:
-                        yield (sample, end) if ends else sample
-                    elif ordinal not in skip:
-                        sample[field] = (shard, ordinal, end, False)
-                        sample.update(extra)
-                        yield sample
+                    item = _finished(sample, end, ends, tag, ordinal, last=False)
+                    if item is not None:
+                        yield item
                 else:  # given up: more of its files may lie past the fault
                     exc.given_up = sample["__key__"]  # type: ignore[attr-defined]
             raise
         if sample is not None:
             busy += clock() - resumed
             members += len(sample) - 2
-            if tag is None:
-                yield (sample, end) if ends else sample
-            elif ordinal not in skip:
-                sample[field] = (shard, ordinal, end, True)
-                sample.update(extra)
-                yield sample
+            item = _finished(sample, end, ends, tag, ordinal, last=True)
+            if item is not None:
+                yield item
     except GeneratorExit:
         # Closed unfinished: dropped by a loop that stopped, or collected later, maybe while
         # another epoch (or loader) runs in this process; what it did since its last report
@@ -365,6 +359,21 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None
     finally:
         if not closed:
             _report(busy, timer.seconds - read_before, members - counted)
+
+
+def _finished(sample: dict[str, Any], end: int, ends: bool, tag: Tag | None, ordinal: int, *,
+              last: bool) -> Any:
+    """Returns what :func:`_scan` yields for a finished sample: the sample, ``(sample, end)``,
+    or (with a ``tag``) the sample with its position and extra fields; None when the tag
+    skips its ordinal."""
+    if tag is None:
+        return (sample, end) if ends else sample
+    field, shard, _, skip, extra = tag
+    if ordinal in skip:
+        return None
+    sample[field] = (shard, ordinal, end, last)
+    sample.update(extra)
+    return sample
 
 
 def _report(busy: float, read: float, members: int) -> None:
