@@ -205,8 +205,9 @@ def test_worker_processes_start_once_and_serve_every_epoch(
 @pytest.mark.skipif("nodes" not in LOADERS, reason="torchdata.nodes needs torchdata >= 0.10")
 def test_nodes_mapper_processes_start_once_and_serve_every_epoch(
         ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
-    """torchdata.nodes with ``method="process"``: the same 2 mapper processes every epoch (nodes'
-    own ParallelMapper starts new ones at each reset), and none left after shutdown()."""
+    """torchdata.nodes with ``method="process"``: the same 2 mapper processes serve every epoch
+    (nodes' own ParallelMapper starts new ones at each reset: 6 in 3 epochs), and none is left
+    after shutdown(). Which of them maps which batch is the pool's choice."""
     template, keys = shards
     loader = LOADERS["nodes"](template, url=ais_endpoint, num_workers=2, seed=2,
                               method="process", **PID_OPTIONS)
@@ -218,9 +219,9 @@ def test_nodes_mapper_processes_start_once_and_serve_every_epoch(
             epochs.append({pid for _, pid in got})
     finally:
         loader.shutdown()
-    assert epochs[0] == epochs[1] == epochs[2] and os.getpid() not in epochs[0]
-    assert 1 <= len(epochs[0]) <= 2
-    for pid in epochs[0]:
+    served = epochs[0] | epochs[1] | epochs[2]
+    assert 1 <= len(served) <= 2 and os.getpid() not in served
+    for pid in served:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
 
