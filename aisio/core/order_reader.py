@@ -17,9 +17,12 @@ its streams: one list of chunks per round.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.reduction import ForkingPickler
 from typing import IO, Any
 
+from aisio.core import transport
 from aisio.core.delivery import POSITION
 from aisio.core.epoch import ShardTask
 from aisio.core.errors import AISIOError, ObjectChangedError
@@ -57,6 +60,60 @@ class Chunk:
     def __repr__(self) -> str:
         return (f"Chunk(stream {self.stream}, round {self.round}, {len(self.values)} "
                 f"sample(s){', done' if self.done else ''})")
+
+
+class Pack(list):
+    """What a reader sends at once: its chunks of a group of consecutive rounds
+    (:func:`reader_rounds`), in round then stream order.
+
+    Sent to another process through a ``multiprocessing`` queue, the chunks' samples cross
+    through shared memory (:mod:`aisio.core.transport`) when their payload is worth it, and
+    are copied out as the pack is unpickled; the rest (rounds, traces) is pickled."""
+
+    __slots__ = ()
+
+
+def _to_another_process(pack: Pack) -> tuple[Any, ...]:
+    shipped = transport.export([chunk.values for chunk in pack])
+    if shipped is None:
+        return (Pack, (list(pack),))
+    bare = [Chunk(chunk.stream, chunk.round, [], chunk.trace, chunk.done) for chunk in pack]
+    return (_arrived, (bare, shipped))
+
+
+def _arrived(chunks: list[Chunk], shipped: transport.Shipped) -> Pack:
+    for chunk, values in zip(chunks, shipped.open(), strict=True):
+        chunk.values = values
+    return Pack(chunks)
+
+
+ForkingPickler.register(Pack, _to_another_process)
+
+
+ITEM_SAMPLES = 64
+"""A reader groups rounds so that each item it sends holds about this many samples (each item
+costs a worker protocol tens of microseconds, whatever its size)."""
+
+MAX_GROUP = 16
+"""The most rounds in one item (a training process waits for every reader's part of a round,
+so this bounds the rounds it holds)."""
+
+
+def rounds_per_item(plan: OrderPlan, streams: Sequence[int], workers: int) -> int:
+    """Returns how many consecutive rounds each reader of a rank sends as one item: the same
+    on all of them (a loader takes its workers' items in turn, so they keep pace), enough for
+    about :data:`ITEM_SAMPLES` samples from the streams that have shards at all.
+
+    Args:
+        plan: the epoch's plan.
+        streams: the rank's streams.
+        workers: how many readers share them.
+    """
+    active = sum(1 for stream in streams if stream < len(plan.shards))
+    per_reader = math.ceil(active / max(workers, 1))
+    if not per_reader:
+        return 1
+    return max(1, min(MAX_GROUP, math.ceil(ITEM_SAMPLES / (plan.per_round * per_reader))))
 
 
 def refill(buffer: DelayBuffer[Any], spans: Sequence[Sequence[int]],
@@ -247,9 +304,11 @@ class StreamReader:
 
 def reader_rounds(plan: OrderPlan, streams: Sequence[int], open: Opener, *,
                   state: dict[str, Any] | None = None, policy: ErrorPolicy | None = None,
-                  stage: Callable[[Any], Any] | None = None) -> Iterator[list[Chunk]]:
-    """Yields, round by round, the chunks of ``streams`` (what one worker sends: one item per
-    round, so that a loader handing out worker items round robin keeps them in order).
+                  stage: Callable[[Any], Any] | None = None, group: int = 1
+                  ) -> Iterator[Pack]:
+    """Yields the chunks of ``streams`` as :class:`Pack` s of ``group`` rounds: rounds
+    ``[g * group, (g + 1) * group)`` (what one worker sends as one item; every reader of a rank
+    groups alike, so that a loader handing out its workers' items in turn keeps them in step).
 
     Args:
         plan: the epoch's plan.
@@ -258,22 +317,26 @@ def reader_rounds(plan: OrderPlan, streams: Sequence[int], open: Opener, *,
         state: a saved (merged) state of this epoch, checked by the caller.
         policy: what to do with a bad shard (None: raise).
         stage: applied to each sample as it leaves its buffer.
+        group: rounds per pack (:func:`rounds_per_item`).
     """
     entries = (state or {}).get("state", {})
     readers = [StreamReader(plan, s, open, entry=entries.get(str(s)), policy=policy,
                             stage=stage) for s in streams]
     live = {r.stream: (r, r.chunks()) for r in readers if not r.done}
     due = {r.stream: r.n_out // plan.per_round for r, _ in live.values()}
+    pack = Pack()
     while live:
         now = min(due.values())
-        pack = []
         for stream in [s for s in streams if s in live and due[s] == now]:
             chunk = next(live[stream][1])
             pack.append(chunk)
             due[stream] = now + 1
             if chunk.done:
                 del live[stream], due[stream]
-        yield pack
+        if not live or (now + 1) % group == 0:
+            yield pack
+            pack = Pack()
 
 
-__all__ = ["Chunk", "Opener", "StreamReader", "Trace", "reader_rounds", "refill"]
+__all__ = ["ITEM_SAMPLES", "MAX_GROUP", "Chunk", "Opener", "Pack", "StreamReader", "Trace",
+           "reader_rounds", "refill", "rounds_per_item"]

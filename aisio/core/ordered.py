@@ -6,7 +6,7 @@ stream, :class:`~aisio.core.loop.ResumableLoader`) or ``order="deterministic"`` 
 
 * :class:`OrderSetup` (picklable) is what every reader needs; its :meth:`~OrderSetup.rounds`
   is what one reader (a worker, or the training process) iterates each epoch: the chunks of its
-  streams, one list per round, for the epoch the training process published on its
+  streams, a pack per group of rounds, for the epoch the training process published on its
   :class:`~aisio.core.plan.EpochPlan` (so that workers live across epochs).
 * :class:`OrderedLoader` is the training side every front end shares, with the surface of
   :class:`~aisio.core.loop.ResumableLoader`: each ``iter()`` is an epoch of the rank's
@@ -27,7 +27,7 @@ from aisio.core.errors import AISIOError, ConfigError, StateMismatchError, Worke
 from aisio.core.fetch import check_epoch
 from aisio.core.order import OrderPlan, check_order_state, merge_order_states
 from aisio.core.order_loop import Reorderer
-from aisio.core.order_reader import Chunk, reader_rounds
+from aisio.core.order_reader import Chunk, reader_rounds, rounds_per_item
 from aisio.core.plan import EpochPlan
 from aisio.core.sources import ObjectRef
 from aisio.core.spec import PipelineSpec
@@ -139,17 +139,19 @@ class OrderSetup:
 
     def rounds(self, worker: int = 0, workers: int = 1, *, stage: bool = True
                ) -> Iterator[Any]:
-        """Yields what reader ``worker`` of ``workers`` sends in the published epoch: a list
-        of chunks per round (:func:`~aisio.core.order_reader.reader_rounds`); an aisio error
-        ends it as a last :class:`~aisio.core.delivery.Failure`. With ``stage=False`` the
-        samples are left undecoded (the front end applies :meth:`stage_pack`)."""
+        """Yields what reader ``worker`` of ``workers`` sends in the published epoch: a
+        pack of chunks per group of rounds (:func:`~aisio.core.order_reader.reader_rounds`);
+        an aisio error ends it as a last :class:`~aisio.core.delivery.Failure`. With
+        ``stage=False`` the samples are left undecoded (the front end applies
+        :meth:`stage_pack`)."""
         epoch, state = self.epochs.read()
         plan = self.plan(epoch)
         streams = plan.reader_streams(self.rank, self.world, worker, workers)
+        group = rounds_per_item(plan, plan.rank_streams(self.rank, self.world), workers)
         fetcher = self.spec.fetcher()
         return ship_errors(reader_rounds(
             plan, streams, fetcher.open, state=state, policy=fetcher.policy,
-            stage=self.spec.stage() if stage else None))
+            stage=self.spec.stage() if stage else None, group=group))
 
     def stage_pack(self, pack: Any) -> Any:
         """Applies the per-sample stage to a pack of chunks from ``rounds(stage=False)``; an

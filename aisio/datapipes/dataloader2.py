@@ -301,7 +301,7 @@ def webdataset_loader(
 
 
 class OrderedRounds(IterDataPipe):
-    """Yields one reader's packs of the deterministic order, a list of chunks per round
+    """Yields one reader's packs of the deterministic order, chunks per group of rounds
     (:meth:`~aisio.core.ordered.OrderSetup.rounds`); the worker it runs in is known from the
     multiprocessing sharding DataLoader2 applies to it."""
 

@@ -95,8 +95,8 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
 
 
 class RoundPacks(_Node or object):  # type: ignore[misc]
-    """A node yielding one rank's packs of the deterministic order, a list of chunks per
-    round, undecoded (:meth:`~aisio.core.ordered.OrderSetup.rounds`): every stream of the
+    """A node yielding one rank's packs of the deterministic order, chunks per group of
+    rounds, undecoded (:meth:`~aisio.core.ordered.OrderSetup.rounds`): every stream of the
     rank, read in this process; each ``reset()`` reads the epoch last published."""
 
     def __init__(self, setup: OrderSetup) -> None:

@@ -2,9 +2,9 @@
 
 The order itself, the state and the training loop are the core's
 (:class:`~aisio.core.ordered.OrderedLoader`); here are only what torch adds: the dataset each
-DataLoader worker iterates (its streams of the published epoch, one item per round) and the
-collate that makes a rank's batch in the training process (torch's ``default_collate``, and
-memory pinned where torch pins it).
+DataLoader worker iterates (its streams of the published epoch, a pack of chunks per group of
+rounds) and the collate that makes a rank's batch in the training process (torch's
+``default_collate``, and memory pinned where torch pins it).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from aisio.core.spec import PipelineSpec
 
 
 class OrderedStreams(IterableDataset):
-    """One rank's streams, split across the DataLoader's workers: yields, per round, the list
-    of chunks of this worker's streams (:meth:`OrderSetup.rounds`). The epoch is read when
+    """One rank's streams, split across the DataLoader's workers: yields, per group of rounds,
+    the pack of chunks of this worker's streams (:meth:`OrderSetup.rounds`). The epoch is read when
     the worker starts it, so persistent workers serve every epoch."""
 
     def __init__(self, setup: OrderSetup) -> None:

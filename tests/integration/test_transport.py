@@ -192,16 +192,18 @@ def large(ais_client: Client, bucket: Bucket, tmp_path: Path) -> tuple[str, list
                         payload=100 * KIB)
 
 
+@pytest.mark.parametrize("order", ["fast", "deterministic"])
 @pytest.mark.parametrize("name", sorted(LOADERS))
-def test_every_loader_delivers_large_samples_equal(name: str, ais_endpoint: str,
+def test_every_loader_delivers_large_samples_equal(name: str, order: str, ais_endpoint: str,
                                                    large: tuple[str, list[str]],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """100 KiB samples, batched in a worker (on torchdata.nodes, a mapper process): through
-    shared memory, equal to a read in one process."""
+    """100 KiB samples, batched in a worker (on torchdata.nodes, a mapper process), or sent
+    as packs of rounds in the deterministic order: through shared memory, equal to a read in
+    one process."""
     template, keys = large
     options: dict[str, Any] = {"url": ais_endpoint, "seed": 1, "batch_size": 8,
                                "tuple_fields": ("__key__", "bin"), "collate": False,
-                               "shuffle_shards": False}
+                               "shuffle_shards": False, "order": order}
     if name == "nodes":
         options["method"] = "process"
     opened = []

@@ -31,7 +31,7 @@ from aisio.core.order import (
     merge_order_states,
 )
 from aisio.core.order_loop import Reorderer
-from aisio.core.order_reader import reader_rounds
+from aisio.core.order_reader import reader_rounds, rounds_per_item
 from aisio.core.sources import ObjectRef
 from aisio.core.urls import parse_ais_url
 from tests.conftest import tar_bytes
@@ -110,8 +110,9 @@ def topology(store: Store, plan: OrderPlan, ranks: int, workers: int,
     out = []
     for rank in range(ranks):
         reorderer = Reorderer(plan, rank, ranks, state=state)
+        group = rounds_per_item(plan, plan.rank_streams(rank, ranks), workers)
         readers = [reader_rounds(plan, plan.reader_streams(rank, ranks, w, workers), store.open,
-                                 state=state) for w in range(max(workers, 1))]
+                                 state=state, group=group) for w in range(max(workers, 1))]
         packs = interleave(readers, rng)
         items = reorderer.samples(packs) if per_sample else reorderer.batches(packs)
         out.append((reorderer, items))
@@ -245,6 +246,30 @@ def test_per_rank_batches_are_slices_of_the_global_batch() -> None:
     assert [s["__key__"] for s in full[0]] == seq[:8]
 
 
+def test_every_reader_of_a_rank_sends_the_same_groups_of_rounds() -> None:
+    """A pack holds rounds ``[g * group, (g + 1) * group)`` on every reader, from the start
+    and after a resume, so that a loader taking its workers' items in turn keeps them in
+    step; the group is sized by the streams that have shards (5 of 8 here)."""
+    store = Store([40] * 5, seed=4)
+    plan = OrderPlan(store.refs, seed=4, epoch=0, streams=8, batch=16, buffer=3)
+    group = rounds_per_item(plan, plan.rank_streams(0, 1), 2)
+    assert group == 11  # ceil(64 samples / (2 per round x 3 streams on the busier reader))
+    assert rounds_per_item(plan, plan.rank_streams(0, 1), 0) == 7
+    assert rounds_per_item(plan, [5, 6, 7], 1) == 1  # streams without shards
+    first = topology(store, plan, 1, 2, None)
+    run(first, 13)
+    state = merged_state(first)
+    for start in (None, state):
+        for w in range(2):
+            streams = plan.reader_streams(0, 1, w, 2)
+            packs = list(reader_rounds(plan, streams, store.open, state=start, group=group))
+            assert len(packs) == (2 if start is None else 1)  # rounds 0-10, 11-19; 13-19
+            for pack in packs:
+                rounds = {chunk.round for chunk in pack}
+                assert len({r // group for r in rounds}) == 1, rounds
+                assert sorted(rounds) == list(range(min(rounds), max(rounds) + 1))
+
+
 def test_resume_refills_with_ranges_at_recorded_offsets() -> None:
     store = Store([30, 30, 30, 30], seed=5)
     plan = OrderPlan(store.refs, seed=5, epoch=0, streams=2, batch=4, buffer=16)
@@ -259,7 +284,10 @@ def test_resume_refills_with_ranges_at_recorded_offsets() -> None:
     starts = {(store.refs[span[0]].uri(), span[2]) for _, span in spans}
     cursors = {(store.refs[plan.stream_shards(int(s))[e[2]]].uri(), e[3])
                for s, e in state["state"].items() if e != "done"}
-    assert set(store.opens) <= starts | cursors
+    later = {(store.refs[index].uri(), 0)  # shards not begun at the checkpoint (read ahead)
+             for s, e in state["state"].items() if e != "done"
+             for index in plan.stream_shards(int(s))[e[2] + 1:]}
+    assert set(store.opens) <= starts | cursors | later
     assert starts <= set(store.opens)
     assert all(start > 0 for _, start in cursors)
 
