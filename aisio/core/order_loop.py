@@ -3,7 +3,7 @@
 :class:`Reorderer` runs in each rank's training process. It takes the lists of chunks its
 readers send (:func:`~aisio.core.order_reader.reader_rounds`), in whatever order the loader
 interleaves its workers, and yields the rank's part of each round: the chunks of its streams in
-stream order. Before it yields a sample it replays that sample's trace into a
+stream order. Before it yields a sample it records that sample's trace in a
 :class:`StreamShadow` of its stream (positions only, no payloads), so that
 :meth:`Reorderer.state_dict` says exactly what the training loop received: per stream, the
 samples delivered and read, the shard and byte to read next, and the samples its buffer held.
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from aisio.core.order import DelayBuffer, OrderPlan, check_order_state
+from aisio.core.order import Input, OrderPlan, check_order_state
 from aisio.core.order_reader import Chunk, Trace
 
 GAP = 256 * 1024
@@ -34,7 +34,12 @@ a reader reaches it by parsing from byte ``read_from`` (where sample ``read_ordi
 
 class StreamShadow:
     """What one stream's reader had read, and its buffer held, when the loop received its
-    latest sample: positions only, replayed from the chunks' traces.
+    latest sample: positions only, kept from the chunks' traces.
+
+    The reader's trace says which samples entered its buffer and which one left; the shadow
+    keeps the set of those held (entered, not yet left), so it needs neither the buffer's
+    order nor its draws: a resumed reader puts the same set back into a buffer of the same
+    seed, which then yields what the uninterrupted one would have.
 
     Args:
         plan: the epoch's plan.
@@ -45,7 +50,10 @@ class StreamShadow:
     def __init__(self, plan: OrderPlan, stream: int, entry: Any = None) -> None:
         self.stream = stream
         self.place_of = {index: place for place, index in enumerate(plan.stream_shards(stream))}
-        self.buffer: DelayBuffer[Held] = plan.buffer_of(stream)
+        #: the samples held that this reader read (n -> their Input)
+        self.held: dict[int, Input] = {}
+        #: the samples held since a saved state (n -> Held): read again on resume
+        self.restored: dict[int, Held] = {}
         self.done = entry == "done"
         self.n_out = self.n_in = self.place = self.offset = self.ordinal = 0
         if entry is not None and not self.done:
@@ -57,36 +65,34 @@ class StreamShadow:
                 first = at
                 for step in span[4:]:
                     at += int(step)
-                    self.buffer.hold(n_base + at, (index, at, start, first, start, n_base + at))
+                    self.restored[n_base + at] = (index, at, start, first, start, n_base + at)
 
     def deliver(self, trace: Trace) -> None:
-        """Replays one delivered sample: the inputs that entered the buffer, then its leaving.
+        """Records one delivered sample: the inputs that entered the buffer, then its leaving.
 
         Raises:
-            AssertionError: the replay disagrees with the reader (a bug, never silent).
+            AssertionError: the trace disagrees with what was held (a bug, never silent).
         """
         sample, inputs = trace
-        left: Held | None = None
-        for position in inputs:
-            index, ordinal, start, end, last, n = position
-            if n != self.n_in:
-                raise AssertionError(f"stream {self.stream}: input {n} arrived, {self.n_in} "
-                                     "was due")
+        if inputs:
+            held, n = self.held, self.n_in
+            if inputs[0][5] != n:
+                raise AssertionError(f"stream {self.stream}: input {inputs[0][5]} arrived, "
+                                     f"{n} was due")
+            for position in inputs:
+                held[position[5]] = position
+            index, ordinal, _, end, last, n = inputs[-1]
             self.n_in = n + 1
-            self.place = self.place_of[index]
-            self.offset, self.ordinal = (end, ordinal + 1) if not last else (0, 0)
             if last:
-                self.place += 1
-            out = self.buffer.push(n, (index, ordinal, start, ordinal, end, n))
-            if out is not None:
-                if left is not None:
-                    raise AssertionError(f"stream {self.stream}: two samples left for one")
-                left = out
+                self.place, self.offset, self.ordinal = self.place_of[index] + 1, 0, 0
+            else:
+                self.place, self.offset, self.ordinal = self.place_of[index], end, ordinal + 1
+        left: Any = self.held.pop(sample[5], None)
         if left is None:
-            left = self.buffer.pop()  # the stream's end: the buffer drains
-        if left[0] != sample[0] or left[1] != sample[1]:
-            raise AssertionError(f"stream {self.stream}: the reader sent {sample[:2]}, the "
-                                 f"replay says {left[:2]}")
+            left = self.restored.pop(sample[5], None)
+        if left is None or left[0] != sample[0] or left[1] != sample[1]:
+            raise AssertionError(f"stream {self.stream}: the reader sent {sample[:2]}, which "
+                                 "its buffer did not hold")
         self.n_out += 1
 
     def entry(self, gap: int = GAP) -> Any:
@@ -95,7 +101,9 @@ class StreamShadow:
         if self.done:
             return "done"
         spans: list[list[int]] = []
-        held = sorted(self.buffer.items())
+        held = sorted([*self.restored.values(),
+                       *((i, o, start, o, end, n) for i, o, start, end, _, n
+                         in self.held.values())])
         last_shard = last_end = at = -1
         for index, ordinal, read_from, read_ordinal, end, n in held:
             if index != last_shard or read_from - last_end > gap:

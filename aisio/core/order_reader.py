@@ -265,10 +265,15 @@ class StreamReader:
                 joined = max(mine, key=lambda span: int(span[2]))
                 spans = [span for span in spans if span is not joined]
         refill(self.buffer, spans, self.plan.shards, self.open)
+        if not self.buffer.size:  # no shuffle: each sample leaves as it enters
+            for position, sample in self._inputs(joined):
+                yield position, sample, [position]
+            return
         log: list[Input] = []
+        push = self.buffer.push
         for position, sample in self._inputs(joined):
             log.append(position)
-            out = self.buffer.push(position[5], (position, sample))
+            out = push(position[5], (position, sample))
             if out is not None:
                 yield out[0], out[1], log
                 log = []

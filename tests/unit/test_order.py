@@ -308,6 +308,25 @@ def test_one_span_per_sample_still_resumes() -> None:
     assert got + rest == expected
 
 
+def test_a_trace_the_shadow_cannot_account_for_is_a_loud_bug() -> None:
+    """The shadow keeps what the buffer held from the traces; a sample that was never held,
+    or inputs that skip a number, raise rather than save a state that would resume wrong."""
+    from aisio.core.order_loop import StreamShadow
+
+    store = Store([6, 6], seed=2)
+    plan = OrderPlan(store.refs, seed=2, epoch=0, streams=1, batch=2, buffer=2)
+    shard = plan.stream_shards(0)[0]
+    first, second = ((shard, k, 10 * k, 10 * k + 10, False, k) for k in range(2))
+    shadow = StreamShadow(plan, 0)
+    shadow.deliver((first, [first]))
+    with pytest.raises(AssertionError, match="did not hold"):
+        shadow.deliver((first, []))  # left twice
+    with pytest.raises(AssertionError, match="input 3 arrived, 1 was due"):
+        shadow.deliver((second, [(shard, 3, 30, 40, False, 3)]))
+    shadow.deliver((second, [second]))
+    assert shadow.entry()[:5] == [2, 2, 0, 20, 2]
+
+
 def test_state_round_trip_and_size_bound() -> None:
     store = Store([50] * 6, seed=1)
     plan = OrderPlan(store.refs, seed=1, epoch=0, streams=2, batch=4, buffer=20)
