@@ -1,10 +1,13 @@
 """``order="deterministic"`` on every one-call loader, against the real AIStore: the same batches
 with 0, 1 and 2 workers, and a run interrupted at any step and resumed on another number of
-workers continues with exactly the batches the uninterrupted run would have yielded next."""
+workers and ranks continues with exactly the batches the uninterrupted run would have yielded
+next."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -134,27 +137,79 @@ def test_workers_live_across_epochs_and_a_bad_shard_keeps_its_error(
         skipping.shutdown()
 
 
+@contextlib.contextmanager
+def _as_rank(monkeypatch: pytest.MonkeyPatch, rank: int, world: int) -> Iterator[None]:
+    """Builds a loader as rank ``rank`` of ``world`` in this process: every loader reads its
+    rank from ``rank_and_world`` when it is built (its workers get it in the plan)."""
+    with monkeypatch.context() as patch:
+        for module in _FRONT_ENDS:
+            patch.setattr(module, "rank_and_world", lambda: (rank, world))
+        yield
+
+
+_FRONT_ENDS = [sys.modules[name] for name in ("aisio.loaders.torch", "aisio.loaders.nodes",
+                                               "aisio.datapipes.dataloader2")
+               if name in sys.modules]
+
+
+def _ranks(kind: str, template: str, endpoint: str, world: int, workers: int,
+           monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    loaders = []
+    for rank in range(world):
+        with _as_rank(monkeypatch, rank, world):
+            loaders.append(_loader(kind, template, endpoint, workers, uneven="keep"))
+    return loaders
+
+
+def _lockstep(loaders: list[Any], stop: int | None = None) -> list[list[str]]:
+    """Steps every rank's loader in turn (``uneven="keep"``); returns the global batches: each
+    step's rank parts merged in rank order. A rank whose streams have all ended has no part
+    (streams only end, so until then its step ``t`` is round ``t``)."""
+    its = [iter(loader) for loader in loaders]
+    out: list[list[str]] = []
+    while stop is None or len(out) < stop:
+        parts = [part for part in (next(it, None) for it in its) if part is not None]
+        if not parts:
+            break
+        out.append([k for batch in _keys(parts) for k in batch])
+    return out
+
+
 @settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_resume_at_any_step_on_any_workers(
-        shards: tuple[str, list[str]], ais_endpoint: str, data: st.DataObject) -> None:
+def test_resume_at_any_step_on_any_workers_and_ranks(
+        shards: tuple[str, list[str]], ais_endpoint: str, data: st.DataObject,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """1 or 2 ranks (built in this process, as each rank builds its loader) x 0-3 workers,
+    interrupted at any step and resumed on any other such topology: the global batches, merged
+    per step in rank order, are the 1-rank sequence element for element."""
     template, _ = shards
     kind = data.draw(st.sampled_from(sorted(LOADERS)), label="loader")
     whole = _WHOLE.setdefault((template, kind), _run(kind, template, ais_endpoint, 0))
     kill = data.draw(st.integers(1, len(whole) - 1), label="kill step")
-    before, after = (data.draw(st.integers(0, 3), label=f"workers {w}") for w in ("before",
+    (r1, w1), (r2, w2) = (data.draw(st.tuples(st.integers(1, 2), st.integers(0, 3)),
+                                    label=f"ranks, workers {when}") for when in ("before",
                                                                                   "after"))
-    first = _loader(kind, template, ais_endpoint, before)
-    got = _keys(first, stop=kill)
-    state = json.loads(json.dumps(first.state_dict()))
-    first.shutdown()
-    second = _loader(kind, template, ais_endpoint, after)
-    second.load_state_dict(state)
+    first = _ranks(kind, template, ais_endpoint, r1, w1, monkeypatch)
+    final: dict[int, dict[str, Any]] = {}  # as gather_state's exchange keeps a finished rank's
+    for rank, loader in enumerate(first):
+        loader.on_finish = lambda epoch, state, rank=rank: final.setdefault(rank, state)
     try:
-        assert got + _keys(second) == whole
+        got = _lockstep(first, stop=kill)
+        states = [json.loads(json.dumps(final.get(rank) or loader.state_dict()))
+                  for rank, loader in enumerate(first)]
     finally:
-        second.shutdown()
+        for loader in first:
+            loader.shutdown()
+    second = _ranks(kind, template, ais_endpoint, r2, w2, monkeypatch)
+    try:
+        for loader in second:
+            loader.load_state_dict(states)  # every rank's part, merged by the loader
+        assert got + _lockstep(second) == whole
+    finally:
+        for loader in second:
+            loader.shutdown()
 
 
 _WHOLE: dict[tuple[str, str], list[list[str]]] = {}
