@@ -74,16 +74,18 @@ class Pack(list):
 
 
 def _to_another_process(pack: Pack) -> tuple[Any, ...]:
-    shipped = transport.export([chunk.values for chunk in pack])
+    # one flat list of like samples: the transport sizes it from its first sample
+    shipped = transport.export([value for chunk in pack for value in chunk.values])
     if shipped is None:
         return (Pack, (list(pack),))
     bare = [Chunk(chunk.stream, chunk.round, [], chunk.trace, chunk.done) for chunk in pack]
-    return (_arrived, (bare, shipped))
+    return (_arrived, (bare, [len(chunk.values) for chunk in pack], shipped))
 
 
-def _arrived(chunks: list[Chunk], shipped: transport.Shipped) -> Pack:
-    for chunk, values in zip(chunks, shipped.open(), strict=True):
-        chunk.values = values
+def _arrived(chunks: list[Chunk], counts: list[int], shipped: transport.Shipped) -> Pack:
+    values, at = shipped.open(), 0
+    for chunk, count in zip(chunks, counts, strict=True):
+        chunk.values, at = values[at:at + count], at + count
     return Pack(chunks)
 
 
