@@ -23,7 +23,7 @@ from multiprocessing.reduction import ForkingPickler
 from typing import IO, Any
 
 from aisio.core import transport
-from aisio.core.delivery import POSITION
+from aisio.core.delivery import POSITION, VERSION
 from aisio.core.epoch import ShardTask
 from aisio.core.errors import AISIOError, ObjectChangedError
 from aisio.core.fetch import ErrorPolicy
@@ -226,6 +226,7 @@ class StreamReader:
                 begin, n = start, self.n_in
                 for sample in task_samples(task, stream):
                     _, ordinal, end, last = sample.pop(POSITION)
+                    sample.pop(VERSION, None)  # (the order's state checks samples by offset)
                     if ordinal < before:  # a joined span's sample, before the saved byte
                         if ordinal in wanted:
                             wanted.discard(ordinal)

@@ -90,6 +90,22 @@ def test_same_batches_on_any_workers_and_after_a_resume(
     fresh.shutdown()
 
 
+def test_samples_carry_the_same_fields_in_both_orders(
+        kind: str, shards: tuple[str, list[str]], ais_endpoint: str) -> None:
+    """Positions and shard content ids are aisio's bookkeeping: neither order leaves them in
+    a user's samples."""
+    template, _ = shards
+    fields = {}
+    for order in ("fast", "deterministic"):
+        loader = LOADERS[kind](template, url=ais_endpoint, batch_size=8, collate=False, seed=5,
+                               order=order)
+        try:
+            fields[order] = {name for sample in next(iter(loader)) for name in sample}
+        finally:
+            loader.shutdown()
+    assert fields["deterministic"] == fields["fast"] == {"__key__", "__url__", "bin", "cls"}
+
+
 def test_a_state_of_another_plan_or_order_is_refused(
         shards: tuple[str, list[str]], ais_endpoint: str) -> None:
     template, _ = shards
