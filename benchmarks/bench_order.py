@@ -148,7 +148,7 @@ def main() -> int:
         refs = [ObjectRef(parse_ais_url(f"ais://b/s-{i}.tar")) for i in range(count)]
         blobs = {ref.uri(): blob for ref, blob in zip(refs, data, strict=True)}
 
-        def open_mem(ref: ObjectRef, *, start: int = 0,
+        def open_mem(ref: ObjectRef, *, start: int = 0, expect: str | None = None,
                      blobs: dict[str, bytes] = blobs) -> IO[bytes]:
             return MemoryObject(blobs[ref.uri()], start)  # type: ignore[return-value]
 

@@ -249,13 +249,16 @@ def check_order_state(state: Any, plan: OrderPlan, *, complete: bool = True) -> 
         ids = {int(k) for k in streams}
         for value in streams.values():
             if value != "done":
-                out, n_in, shard, offset, ordinal, spans = value
+                if len(value) not in (6, 7):
+                    raise ValueError(f"a stream's entry has {len(value)} fields, not 6 or 7")
+                out, n_in, shard, offset, ordinal, spans = value[:6]
                 for number in (out, n_in, shard, offset, ordinal):
                     int(number)
                 for span in spans:
                     if len(span) < 4:
                         raise ValueError(f"span {span!r} is too short")
                     [int(number) for number in span]
+                entry_versions(value)
     except (AttributeError, TypeError, ValueError) as exc:
         raise StateMismatchError(
             f"the loader state is corrupt ({type(exc).__name__}: {exc}); load an intact "
@@ -269,6 +272,18 @@ def check_order_state(state: Any, plan: OrderPlan, *, complete: bool = True) -> 
         raise StateMismatchError(
             f"the loader state lacks stream(s) {missing[:8]} of {plan.streams}: it is one "
             "rank's state; merge every rank's state (merge_order_states) and load that")
+
+
+def entry_versions(entry: Sequence[Any]) -> dict[int, str]:
+    """Returns the content ids a stream's entry names (shard -> id): its 7th field, where the
+    state has one (a state saved before content ids were kept has none).
+
+    Raises:
+        ValueError: the field is not a mapping of shard numbers to strings.
+    """
+    if len(entry) < 7:
+        return {}
+    return {int(shard): str(version) for shard, version in dict(entry[6]).items()}
 
 
 def merge_order_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -306,6 +321,7 @@ __all__ = [
     "Input",
     "OrderPlan",
     "check_order_state",
+    "entry_versions",
     "merge_order_states",
     "mix64",
     "stream_key",

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from aisio.core.order import Input, OrderPlan, check_order_state
+from aisio.core.order import Input, OrderPlan, check_order_state, entry_versions
 from aisio.core.order_reader import Chunk, Trace
 
 GAP = 256 * 1024
@@ -54,10 +54,14 @@ class StreamShadow:
         self.held: dict[int, Input] = {}
         #: the samples held since a saved state (n -> Held): read again on resume
         self.restored: dict[int, Held] = {}
+        #: the content id of each shard the stream opened, as its reader saw it
+        self.versions: dict[int, str] = {}
+        self.order = plan.stream_shards(stream)
         self.done = entry == "done"
         self.n_out = self.n_in = self.place = self.offset = self.ordinal = 0
         if entry is not None and not self.done:
-            n_out, n_in, place, offset, ordinal, spans = entry
+            n_out, n_in, place, offset, ordinal, spans = entry[:6]
+            self.versions = entry_versions(entry)
             self.n_out, self.n_in, self.place = int(n_out), int(n_in), int(place)
             self.offset, self.ordinal = int(offset), int(ordinal)
             for span in spans:
@@ -97,7 +101,9 @@ class StreamShadow:
 
     def entry(self, gap: int = GAP) -> Any:
         """Returns the stream's entry of the state: ``"done"``, or ``[n_out, n_in, place,
-        offset, ordinal, spans]`` (see :func:`~aisio.core.order_reader.refill` for spans)."""
+        offset, ordinal, spans, versions]`` (see :func:`~aisio.core.order_reader.refill` for
+        spans; ``versions``: the content ids of the shards a resume reads again, where
+        known)."""
         if self.done:
             return "done"
         spans: list[list[int]] = []
@@ -112,7 +118,12 @@ class StreamShadow:
             spans[-1].append(ordinal - at)
             at = ordinal
             last_shard, last_end = index, max(end, read_from)
-        return [self.n_out, self.n_in, self.place, self.offset, self.ordinal, spans]
+        again = {span[0] for span in spans}
+        if self.place < len(self.order) and (self.offset or self.ordinal):
+            again.add(self.order[self.place])  # the shard in progress
+        versions = {str(shard): self.versions[shard] for shard in sorted(again)
+                    if shard in self.versions}
+        return [self.n_out, self.n_in, self.place, self.offset, self.ordinal, spans, versions]
 
 
 class Reorderer:
@@ -184,13 +195,20 @@ class Reorderer:
         if chunk.done:
             self.shadows[chunk.stream].done = True
 
+    def _opened(self, chunk: Chunk) -> StreamShadow:
+        """Returns the chunk's stream's shadow, with the content ids the chunk brings."""
+        shadow = self.shadows[chunk.stream]
+        if chunk.versions:
+            shadow.versions.update(chunk.versions)
+        return shadow
+
     def batches(self, packs: Iterable[Sequence[Chunk]]) -> Iterator[list[Any]]:
         """Yields this rank's part of each round (a list of samples; rounds with nothing for
         this rank are left out), recorded as received as it is yielded."""
         for now, chunks in self._rounds(packs):
             values: list[Any] = []
             for chunk in chunks:
-                shadow = self.shadows[chunk.stream]
+                shadow = self._opened(chunk)
                 for trace in chunk.trace:
                     shadow.deliver(trace)
                 self._mark(chunk)
@@ -204,7 +222,7 @@ class Reorderer:
         recorded as received as it is yielded (a checkpoint may fall inside a round)."""
         for now, chunks in self._rounds(packs):
             for chunk in chunks:
-                shadow = self.shadows[chunk.stream]
+                shadow = self._opened(chunk)
                 for k, (value, trace) in enumerate(zip(chunk.values, chunk.trace, strict=True)):
                     shadow.deliver(trace)
                     if k == len(chunk.values) - 1:

@@ -23,39 +23,44 @@ from multiprocessing.reduction import ForkingPickler
 from typing import IO, Any
 
 from aisio.core import transport
+from aisio.core.client import content_id
 from aisio.core.delivery import POSITION, VERSION
 from aisio.core.epoch import ShardTask
 from aisio.core.errors import AISIOError, ObjectChangedError
 from aisio.core.fetch import ErrorPolicy
-from aisio.core.order import DelayBuffer, Input, OrderPlan
+from aisio.core.order import DelayBuffer, Input, OrderPlan, entry_versions
 from aisio.core.parse import task_samples
 from aisio.core.samples import group_samples_with_end
 from aisio.core.sources import ObjectRef
 from aisio.core.tar import iter_tar
 
 Opener = Callable[..., IO[bytes]]
-"""``open(ref, start=...)`` -> a stream over the object from byte ``start``, e.g.
-:meth:`aisio.core.fetch.Fetcher.open`."""
+"""``open(ref, start=..., expect=...)`` -> a stream over the object from byte ``start``, e.g.
+:meth:`aisio.core.fetch.Fetcher.open` (``expect``: the content id the object had when it was
+read before; another content raises :class:`~aisio.core.errors.ObjectChangedError`)."""
 
 Trace = tuple[Input, list[Input]]
 """One output's ``(position, inputs that entered the buffer before it left)``."""
 
 
 class Chunk:
-    """What one stream adds to one round: its samples, their trace, and whether it ended."""
+    """What one stream adds to one round: its samples, their trace, whether it ended, and the
+    content ids of the shards the stream opened since its previous chunk."""
 
-    __slots__ = ("done", "round", "stream", "trace", "values")
+    __slots__ = ("done", "round", "stream", "trace", "values", "versions")
 
     def __init__(self, stream: int, round: int, values: list[Any], trace: list[Trace],
-                 done: bool) -> None:
+                 done: bool, versions: dict[int, str] | None = None) -> None:
         self.stream = stream
         self.round = round
         self.values = values
         self.trace = trace
         self.done = done
+        self.versions = versions
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Chunk, (self.stream, self.round, self.values, self.trace, self.done))
+        return (Chunk, (self.stream, self.round, self.values, self.trace, self.done,
+                        self.versions))
 
     def __repr__(self) -> str:
         return (f"Chunk(stream {self.stream}, round {self.round}, {len(self.values)} "
@@ -78,7 +83,8 @@ def _to_another_process(pack: Pack) -> tuple[Any, ...]:
     shipped = transport.export([value for chunk in pack for value in chunk.values])
     if shipped is None:
         return (Pack, (list(pack),))
-    bare = [Chunk(chunk.stream, chunk.round, [], chunk.trace, chunk.done) for chunk in pack]
+    bare = [Chunk(chunk.stream, chunk.round, [], chunk.trace, chunk.done, chunk.versions)
+            for chunk in pack]
     return (_arrived, (bare, [len(chunk.values) for chunk in pack], shipped))
 
 
@@ -119,7 +125,8 @@ def rounds_per_item(plan: OrderPlan, streams: Sequence[int], workers: int) -> in
 
 
 def refill(buffer: DelayBuffer[Any], spans: Sequence[Sequence[int]],
-           shards: Sequence[ObjectRef], open: Opener) -> None:
+           shards: Sequence[ObjectRef], open: Opener,
+           versions: dict[int, str] | None = None) -> None:
     """Reads the samples that ``spans`` name again and holds them in ``buffer``.
 
     A span ``[shard, n_base, start, start_ordinal, step, step, ...]`` is read with one request
@@ -127,15 +134,19 @@ def refill(buffer: DelayBuffer[Any], spans: Sequence[Sequence[int]],
     samples are the ordinals ``start_ordinal + step1``, ``+ step1 + step2``, ...; sample ``o``
     is number ``n_base + o`` of the stream. Reading stops after the last of them.
 
+    ``versions``: the shards' content ids when they were read (each is read only if its content
+    is still that).
+
     Raises:
-        ObjectChangedError: the shard no longer holds a sample the span names.
+        ObjectChangedError: the shard's content changed, or it no longer holds a sample the
+            span names.
     """
     for span in spans:
         index, n_base, start, ordinal = (int(x) for x in span[:4])
         ref = shards[index]
         url = ref.uri()
         left = _wanted(span)
-        stream = open(ref, start=start)
+        stream = open(ref, start=start, expect=(versions or {}).get(index))
         members = iter_tar(stream, url=url, start_offset=start)  # a generator: closed below
         try:
             begin = start
@@ -194,11 +205,15 @@ class StreamReader:
         self.done = entry == "done"
         self.n_out = self.n_in = self.place = self.offset = self.ordinal = 0
         self._spans: list[Any] = []
+        #: the content ids the saved state names (shard -> id): a resumed read expects them
+        self.expected: dict[int, str] = {}
+        self._opened: dict[int, str] = {}  # content ids not yet sent with a chunk
         if entry is not None and not self.done:
-            n_out, n_in, place, offset, ordinal, spans = entry
+            n_out, n_in, place, offset, ordinal, spans = entry[:6]
             self.n_out, self.n_in, self.place = int(n_out), int(n_in), int(place)
             self.offset, self.ordinal = int(offset), int(ordinal)
             self._spans = list(spans)
+            self.expected = entry_versions(entry)
 
     def _inputs(self, joined: Sequence[int] | None
                 ) -> Iterator[tuple[Input, dict[str, Any]]]:
@@ -217,10 +232,15 @@ class StreamReader:
             task = ShardTask(index, shards[index], start, first)
             yielded = 0
             try:
-                stream = self.open(task.ref, start=start)
+                stream = self.open(task.ref, start=start, expect=self.expected.get(index))
+            except ObjectChangedError:
+                raise
             except AISIOError as exc:
                 self._handle(exc, task.uri(), 0)
                 continue
+            version = content_id(stream)
+            if version is not None:
+                self._opened[index] = version
             before = self.ordinal if joined is not None and place == self.place else 0
             try:
                 begin, n = start, self.n_in
@@ -267,7 +287,7 @@ class StreamReader:
             if mine:
                 joined = max(mine, key=lambda span: int(span[2]))
                 spans = [span for span in spans if span is not joined]
-        refill(self.buffer, spans, self.plan.shards, self.open)
+        refill(self.buffer, spans, self.plan.shards, self.open, self.expected)
         if not self.buffer.size:  # no shuffle: each sample leaves as it enters
             for position, sample in self._inputs(joined):
                 yield position, sample, [position]
@@ -304,7 +324,8 @@ class StreamReader:
                 ahead = next(outputs, None)  # one ahead: to know whether this chunk is the last
             self.n_out = n_out + len(values)
             done = ahead is None
-            yield Chunk(self.stream, round_, values, trace, done)
+            opened, self._opened = self._opened or None, {}
+            yield Chunk(self.stream, round_, values, trace, done, opened)
             if done:
                 self.done = True
                 return

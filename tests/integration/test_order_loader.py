@@ -106,6 +106,31 @@ def test_samples_carry_the_same_fields_in_both_orders(
     assert fields["deterministic"] == fields["fast"] == {"__key__", "__url__", "bin", "cls"}
 
 
+def test_a_shard_rewritten_since_the_checkpoint_is_refused(
+        kind: str, ais_endpoint: str, ais_client: Client, bucket: Bucket,
+        tmp_path: Path) -> None:
+    """The same names and sample layout, new bytes (and 5 more samples per shard): the state
+    names the content of every shard a resume reads again, so the resume refuses it rather
+    than go on from byte offsets into other data."""
+    template, _ = write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=40)
+    loader = _loader(kind, template, ais_endpoint, 1)
+    try:
+        _keys(loader, stop=6)
+        state = json.loads(json.dumps(loader.state_dict()))
+    finally:
+        loader.shutdown()
+    named = {shard for entry in state["state"].values() if entry != "done" for shard in entry[6]}
+    assert named, state["state"]
+    write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=45)
+    resumed = _loader(kind, template, ais_endpoint, 1)
+    resumed.load_state_dict(state)
+    try:
+        with pytest.raises(aisio.ObjectChangedError, match="changed since the checkpoint"):
+            _keys(resumed)
+    finally:
+        resumed.shutdown()
+
+
 def test_a_state_of_another_plan_or_order_is_refused(
         shards: tuple[str, list[str]], ais_endpoint: str) -> None:
     template, _ = shards

@@ -14,6 +14,7 @@ its DelayBuffer, the outputs cut into rounds of ``q`` per stream.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import random
@@ -56,9 +57,18 @@ class Store:
             self.data[ref.uri()] = tar_bytes(members)
         self.opens: list[tuple[str, int]] = []
 
-    def open(self, ref: ObjectRef, *, start: int = 0) -> io.BytesIO:
+    def open(self, ref: ObjectRef, *, start: int = 0, expect: str | None = None) -> io.BytesIO:
+        """As :meth:`Fetcher.open`: the stream names its content (``version``) and refuses
+        another content than ``expect``."""
         self.opens.append((ref.uri(), start))
-        return io.BytesIO(self.data[ref.uri()][start:])
+        data = self.data[ref.uri()]
+        version = hashlib.blake2b(data, digest_size=8).hexdigest()
+        if expect is not None and expect != version:
+            raise ObjectChangedError(f"{ref.uri()} changed: {version}, not {expect}",
+                                     url=ref.uri())
+        stream = io.BytesIO(data[start:])
+        stream.version = version  # type: ignore[attr-defined]
+        return stream
 
     def samples(self, index: int) -> list[str]:
         return [f"s{index}/k{k:03d}" for k in range(self.data[self.refs[index].uri()].count(
@@ -212,7 +222,7 @@ def _needs_zero(state: dict[str, Any], plan: OrderPlan, store: Store, name: str)
     for s, entry in state["state"].items():
         if entry == "done":
             continue
-        _, _, place, offset, _, spans = entry
+        _, _, place, offset, _, spans = entry[:6]
         order = plan.stream_shards(int(s))
         if index in order and (order.index(index) > place
                                or (order.index(index) == place and offset == 0)):
@@ -415,7 +425,28 @@ def test_a_changed_shard_is_refused_on_refill() -> None:
     state = merged_state(ranks)
     for name in store.data:  # every shard cut short
         store.data[name] = tar_bytes([("s0/k000.bin", b"x")])
+    with pytest.raises(ObjectChangedError, match="changed: "):  # its content id, on open
+        run(topology(store, plan, 1, 0, state), None)
+    for entry in state["state"].values():  # a state that names no content (none was known)
+        entry[6] = {}
     with pytest.raises(ObjectChangedError, match="changed since the checkpoint"):
+        run(topology(store, plan, 1, 0, state), None)
+
+
+def test_a_shard_rewritten_alike_is_refused_by_its_content_id() -> None:
+    """The same members at the same offsets, other bytes: only the content id tells; the
+    state names the content of the shards a resume reads again (in progress, or buffered)."""
+    store = Store([20, 20, 20], seed=6)
+    plan = OrderPlan(store.refs, seed=6, epoch=0, streams=1, batch=2, buffer=4)
+    ranks = topology(store, plan, 1, 0, None)
+    run(ranks, 4)
+    state = merged_state(ranks)
+    entry = state["state"]["0"]
+    again = {span[0] for span in entry[5]} | {plan.stream_shards(0)[entry[2]]}
+    assert sorted(int(k) for k in entry[6]) == sorted(again)
+    name = store.refs[plan.stream_shards(0)[entry[2]]].uri()
+    store.data[name] = store.data[name].replace(b"s", b"t", 1)  # one byte of its first header
+    with pytest.raises(ObjectChangedError, match=name.replace(".", r"\.")):
         run(topology(store, plan, 1, 0, state), None)
 
 
