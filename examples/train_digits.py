@@ -78,25 +78,26 @@ def train(template: str, endpoint: str, args: argparse.Namespace) -> float:
     loader = LOADERS[args.loader](
         template, endpoint=endpoint, decode="torchl", tuple_fields=("png", "cls", "__key__"),
         shuffle_buffer=256, batch_size=args.batch_size, num_workers=args.workers, seed=0,
+        order=args.order,
     )
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 128), torch.nn.ReLU(),
                                 torch.nn.Linear(128, 10))
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     checkpoint = Path(args.checkpoint) if args.checkpoint else None
-    first_epoch = 1
+    first_epoch, step = 1, 0
     if checkpoint is not None and checkpoint.exists():
         saved = torch.load(checkpoint)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         loader.load_state_dict(saved["data"])
-        first_epoch = saved["data"]["epoch"] + 1
-        print(f"resumed from {checkpoint}: epoch {first_epoch}, "
-              f"{saved['data']['delivered']} samples of it already trained on")
+        first_epoch, step = saved["data"]["epoch"] + 1, saved.get("step", 0)
+        done = (f"{saved['data']['delivered']} samples of it" if "delivered" in saved["data"]
+                else f"{saved['step']} steps")  # (a deterministic-order state counts per stream)
+        print(f"resumed from {checkpoint}: epoch {first_epoch}, {done} already trained on")
     loss_fn = torch.nn.CrossEntropyLoss()
     mean_loss = float("nan")
     keys = open(args.log_keys, "a") if args.log_keys else None  # noqa: SIM115
-    step = 0
     try:
         for epoch in range(first_epoch, args.epochs + 1):
             start, seen, total_loss, correct, steps = time.perf_counter(), 0, 0.0, 0, 0
@@ -117,7 +118,7 @@ def train(template: str, endpoint: str, args: argparse.Namespace) -> float:
                 if checkpoint is not None and step % args.every == 0:
                     tmp = checkpoint.with_suffix(".tmp")
                     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                "data": loader.state_dict()}, tmp)
+                                "data": loader.state_dict(), "step": step}, tmp)
                     tmp.replace(checkpoint)  # atomic: a kill never leaves half a checkpoint
                     if keys is not None:
                         keys.write(f"checkpoint {step}\n")
@@ -145,6 +146,9 @@ def main() -> int:
                         help="which PyTorch loader runs the pipeline (default: %(default)s)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--order", choices=["fast", "deterministic"], default="fast",
+                        help="deterministic: the same batches on any workers, and after a "
+                             "resume")
     parser.add_argument("--per-shard", type=int, default=200, help="samples per shard")
     parser.add_argument("--checkpoint", help="save model, optimizer and loader state here; "
                         "resume from it if it exists")

@@ -212,9 +212,11 @@ def test_resume_after_kill(example: Callable[[str], ModuleType], ais_endpoint: s
     monkeypatch.setenv("AIS_ENDPOINT", ais_endpoint)
     resume = example("resume_after_kill")
     loader = "dataloader2" if HAS_DATALOADER2 else "nodes"
-    assert resume.main(["--loader", loader, "--workers", "2", "1", "--seed", "3"]) == 0
+    assert resume.main(["--loader", loader, "--workers", "2", "1", "--seed", "3",
+                        "--order", "deterministic"]) == 0
     out = capsys.readouterr().out
     assert "killed at step" in out and "each exactly once" in out
+    assert "the same order as the uninterrupted run" in out
 
 
 def test_seed_article_pipeline(example: Callable[[str], ModuleType],
