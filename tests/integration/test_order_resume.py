@@ -7,10 +7,7 @@ its first steps), also when a 2-rank run is resumed on 1 rank."""
 from __future__ import annotations
 
 import json
-import signal
 import socket
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +16,12 @@ import pytest
 from tests.integration.test_resume import (
     ALL,
     DIST,
-    JOB_TIMEOUT,
     Data,
     _checkpointed,
     _cmd,
     _epoch,
     _keys,
-    _kill_group,
+    _kill_after_checkpoint,
     _run,
     data,
 )
@@ -61,22 +57,8 @@ def test_sigkill_then_resume_on_other_workers_continues_the_same_batches(
     assert sorted(_flat(whole)) == sorted(data.keys)
 
     ckpt_path, run1 = tmp_path / "ckpt.json", tmp_path / "run1"
-    run1.mkdir()
-    with open(run1 / "stderr.txt", "w") as err:
-        proc = subprocess.Popen(_cmd(kind, data, run1, workers=2, every=1, sleep=0.05,
-                                     ckpt=ckpt_path, **ORDER),
-                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
-    try:
-        deadline = time.monotonic() + JOB_TIMEOUT
-        while time.monotonic() < deadline and proc.poll() is None:
-            if ckpt_path.exists() and len(_keys(run1)) >= 5 * 8:
-                break  # mid-epoch, a few steps after the first checkpoint
-            time.sleep(0.01)
-        assert proc.poll() is None, (f"the job ended before it was killed (rc {proc.returncode})"
-                                     f": {(run1 / 'stderr.txt').read_text()[-2000:]}")
-    finally:
-        _kill_group(proc)  # SIGKILL: the job and its workers, at once
-    assert proc.returncode == -signal.SIGKILL
+    _kill_after_checkpoint(_cmd(kind, data, run1, workers=2, every=1, sleep=0.05,
+                                ckpt=ckpt_path, **ORDER), run1, ckpt_path, 4 * 8)
     ckpt = json.loads(ckpt_path.read_text())
     before = _checkpointed([run1], ckpt)
     assert 0 < len(before) < len(data.keys)

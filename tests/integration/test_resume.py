@@ -150,6 +150,30 @@ def _kill_group(proc: subprocess.Popen[Any]) -> None:
     proc.wait(timeout=30)
 
 
+def _kill_after_checkpoint(cmd: list[str], out: Path, ckpt: Path, more: int) -> None:
+    """Runs the job ``cmd`` (its keys and stderr in ``out``), and SIGKILLs its process group
+    (the job and its workers, at once) once its first checkpoint exists and it has logged
+    ``more`` samples since: mid-epoch, past a checkpoint, as a preemption would."""
+    out.mkdir(exist_ok=True)
+    with open(out / "stderr.txt", "w") as err:
+        proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
+                                stderr=err)
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        target = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            if target is None and ckpt.exists():
+                target = len(_keys(out)) + more
+            if target is not None and len(_keys(out)) >= target:
+                break
+            time.sleep(0.01)
+        assert proc.poll() is None, (f"the job ended before it was killed (rc {proc.returncode})"
+                                     f": {(out / 'stderr.txt').read_text()[-2000:]}")
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == -signal.SIGKILL
+
+
 def _keys(out: Path, rank: int = 0) -> list[tuple[int, str]]:
     path = out / f"keys-rank{rank}.txt"
     if not path.exists():
@@ -199,25 +223,8 @@ def test_sigkill_then_resume_reads_every_sample_once(data: Data, tmp_path: Path,
     seed = random.SystemRandom().randrange(10**6)
     extra = random.Random(seed).randint(1, 6)  # batches past the first checkpoint
     ckpt_path, run1 = tmp_path / "ckpt.json", tmp_path / "run1"
-    run1.mkdir()
-    with open(run1 / "stderr.txt", "w") as err:
-        proc = subprocess.Popen(_cmd(kind, data, run1, workers=2, every=3, sleep=0.03,
-                                     ckpt=ckpt_path), start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=err)
-    try:
-        deadline = time.monotonic() + JOB_TIMEOUT
-        target = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            if target is None and ckpt_path.exists():
-                target = len(_keys(run1)) + extra * BATCH
-            if target is not None and len(_keys(run1)) >= target:
-                break
-            time.sleep(0.01)
-        assert proc.poll() is None, (f"the job ended before it was killed (rc {proc.returncode})"
-                                     f": {(run1 / 'stderr.txt').read_text()[-2000:]}")
-    finally:
-        _kill_group(proc)  # SIGKILL: the job and its workers, at once
-    assert proc.returncode == -signal.SIGKILL
+    _kill_after_checkpoint(_cmd(kind, data, run1, workers=2, every=3, sleep=0.03,
+                                ckpt=ckpt_path), run1, ckpt_path, extra * BATCH)
     ckpt = json.loads(ckpt_path.read_text())
     before = _checkpointed([run1], ckpt)
     assert 0 < len(before) < len(data.keys), f"seed {seed}"
@@ -250,24 +257,9 @@ def test_sigkill_in_a_later_epoch_of_live_workers_then_resume(data: Data, tmp_pa
     SIGKILLed in its second epoch after a checkpoint; a job resumed from it on 1 worker completes
     that epoch, every sample once."""
     ckpt_path, run1, run2 = tmp_path / "ckpt.json", tmp_path / "run1", tmp_path / "run2"
-    run1.mkdir()
-    with open(run1 / "stderr.txt", "w") as err:
-        proc = subprocess.Popen(_cmd(kind, data, run1, workers=2, epochs=2, every=3,
-                                     ckpt_from_epoch=1, sleep=0.03, ckpt=ckpt_path),
-                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
-    try:
-        deadline = time.monotonic() + JOB_TIMEOUT
-        target = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            if target is None and ckpt_path.exists():
-                target = len(_keys(run1)) + 2 * BATCH
-            if target is not None and len(_keys(run1)) >= target:
-                break
-            time.sleep(0.01)
-        assert proc.poll() is None, (f"the job ended before it was killed (rc {proc.returncode})"
-                                     f": {(run1 / 'stderr.txt').read_text()[-2000:]}")
-    finally:
-        _kill_group(proc)
+    _kill_after_checkpoint(_cmd(kind, data, run1, workers=2, epochs=2, every=3,
+                                ckpt_from_epoch=1, sleep=0.03, ckpt=ckpt_path),
+                           run1, ckpt_path, 2 * BATCH)
     ckpt = json.loads(ckpt_path.read_text())
     assert ckpt["epoch"] == 1
     first = _keys(run1)
