@@ -57,6 +57,8 @@ class StreamShadow:
         #: the content id of each shard the stream opened, as its reader saw it
         self.versions: dict[int, str] = {}
         self.order = plan.stream_shards(stream)
+        #: no shuffle buffer: a chunk's trace is its samples' positions (see :meth:`passed`)
+        self.passthrough = not plan.buffer
         self.done = entry == "done"
         self.n_out = self.n_in = self.place = self.offset = self.ordinal = 0
         if entry is not None and not self.done:
@@ -98,6 +100,34 @@ class StreamShadow:
             raise AssertionError(f"stream {self.stream}: the reader sent {sample[:2]}, which "
                                  "its buffer did not hold")
         self.n_out += 1
+
+    def passed(self, positions: Sequence[Input]) -> None:
+        """Records delivered samples of a stream without a buffer: each left as it entered,
+        so only the last one moves the stream's place (the first must be the one due).
+
+        Raises:
+            AssertionError: the positions do not continue the stream (a bug, never silent).
+        """
+        if not positions:
+            return
+        first, last = positions[0][5], positions[-1][5]
+        if first != self.n_in or last != first + len(positions) - 1:
+            raise AssertionError(f"stream {self.stream}: inputs {first}..{last} arrived, "
+                                 f"{self.n_in}.. was due")
+        index, ordinal, _, end, final, _ = positions[-1]
+        self.n_in, self.n_out = last + 1, self.n_out + len(positions)
+        if final:
+            self.place, self.offset, self.ordinal = self.place_of[index] + 1, 0, 0
+        else:
+            self.place, self.offset, self.ordinal = self.place_of[index], end, ordinal + 1
+
+    def record(self, trace: Sequence[Any]) -> None:
+        """Records a chunk's delivered samples (:meth:`passed` or :meth:`deliver` each)."""
+        if self.passthrough:
+            self.passed(trace)
+            return
+        for one in trace:
+            self.deliver(one)
 
     def entry(self, gap: int = GAP) -> Any:
         """Returns the stream's entry of the state: ``"done"``, or ``[n_out, n_in, place,
@@ -208,9 +238,7 @@ class Reorderer:
         for now, chunks in self._rounds(packs):
             values: list[Any] = []
             for chunk in chunks:
-                shadow = self._opened(chunk)
-                for trace in chunk.trace:
-                    shadow.deliver(trace)
+                self._opened(chunk).record(chunk.trace)
                 self._mark(chunk)
                 values.extend(chunk.values)
             if values:
@@ -224,7 +252,7 @@ class Reorderer:
             for chunk in chunks:
                 shadow = self._opened(chunk)
                 for k, (value, trace) in enumerate(zip(chunk.values, chunk.trace, strict=True)):
-                    shadow.deliver(trace)
+                    shadow.record([trace])
                     if k == len(chunk.values) - 1:
                         self._mark(chunk)
                     self.round = now

@@ -40,7 +40,8 @@ Opener = Callable[..., IO[bytes]]
 read before; another content raises :class:`~aisio.core.errors.ObjectChangedError`)."""
 
 Trace = tuple[Input, list[Input]]
-"""One output's ``(position, inputs that entered the buffer before it left)``."""
+"""One output's ``(position, inputs that entered the buffer before it left)`` (a stream without
+a buffer sends only the position: each sample enters and leaves at once)."""
 
 
 class Chunk:
@@ -49,11 +50,13 @@ class Chunk:
 
     __slots__ = ("done", "round", "stream", "trace", "values", "versions")
 
-    def __init__(self, stream: int, round: int, values: list[Any], trace: list[Trace],
+    def __init__(self, stream: int, round: int, values: list[Any], trace: list[Any],
                  done: bool, versions: dict[int, str] | None = None) -> None:
         self.stream = stream
         self.round = round
         self.values = values
+        #: per sample, its :data:`Trace`; without a shuffle buffer (each sample leaves as it
+        #: enters), only its position
         self.trace = trace
         self.done = done
         self.versions = versions
@@ -309,7 +312,7 @@ class StreamReader:
         """Yields the stream's chunks: round ``n_out // q`` on, the last one marked done."""
         if self.done:
             return
-        q, stage = self.plan.per_round, self.stage
+        q, stage, buffered = self.plan.per_round, self.stage, bool(self.buffer.size)
         outputs = self.outputs()
         ahead = next(outputs, None)
         while True:
@@ -320,7 +323,7 @@ class StreamReader:
                     break
                 position, sample, log = ahead
                 values.append(stage(sample) if stage is not None else sample)
-                trace.append((position, log))
+                trace.append((position, log) if buffered else position)
                 ahead = next(outputs, None)  # one ahead: to know whether this chunk is the last
             self.n_out = n_out + len(values)
             done = ahead is None

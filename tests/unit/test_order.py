@@ -335,6 +335,13 @@ def test_a_trace_the_shadow_cannot_account_for_is_a_loud_bug() -> None:
         shadow.deliver((second, [(shard, 3, 30, 40, False, 3)]))
     shadow.deliver((second, [second]))
     assert shadow.entry()[:5] == [2, 2, 0, 20, 2]
+    # without a buffer a chunk's trace is its positions: they must continue the stream
+    plain = OrderPlan(store.refs, seed=2, epoch=0, streams=1, batch=2, buffer=0)
+    shadow = StreamShadow(plain, 0)
+    shadow.record([first, second])
+    assert shadow.entry()[:5] == [2, 2, 0, 20, 2]
+    with pytest.raises(AssertionError, match=r"inputs 3\.\.3 arrived, 2\.\. was due"):
+        shadow.record([(shard, 3, 30, 40, False, 3)])
 
 
 def test_state_round_trip_and_size_bound() -> None:
