@@ -1,17 +1,19 @@
 """The training side of the deterministic order: chunks back in order, and the state.
 
-:class:`Reorderer` runs in each rank's training process. It takes the lists of chunks its
+:class:`Reorderer` runs in each rank's training process. It takes the packs of chunks its
 readers send (:func:`~aisio.core.order_reader.reader_rounds`), in whatever order the loader
 interleaves its workers, and yields the rank's part of each round: the chunks of its streams in
 stream order. Before it yields a sample it records that sample's trace in a
 :class:`StreamShadow` of its stream (positions only, no payloads), so that
 :meth:`Reorderer.state_dict` says exactly what the training loop received: per stream, the
-samples delivered and read, the shard and byte to read next, and the samples its buffer held.
+samples delivered and read, the shard and byte to read next, the samples its buffer held, and
+the content ids of the shards a resume reads again.
 
 The reorder window: a chunk of a later round waits until its round is complete. A loader that
 hands out its workers' items round robin (torch's DataLoader, DataLoader2) keeps that to one
-round of the rank; in general it is what the loader has in flight. More than ``window`` rounds
-waiting is refused as a loader bug.
+group of rounds of the rank (:func:`~aisio.core.order_reader.rounds_per_item`); in general
+it is what the loader has in flight. More than ``window`` rounds waiting is refused as a
+loader bug.
 """
 
 from __future__ import annotations

@@ -4,15 +4,18 @@ A :class:`StreamReader` reads its stream's shards (:meth:`OrderPlan.stream_shard
 streams with :func:`~aisio.core.parse.task_samples`, pushes every sample through the stream's
 :class:`~aisio.core.order.DelayBuffer` and cuts what leaves into :class:`Chunk` s of
 ``q = G / K`` samples, one per round. Each chunk carries, for each of its samples, the positions
-of the samples that entered the buffer before it left: the training process replays them to
-know, without the payloads, what the buffer held when the loop received a sample.
+of the samples that entered the buffer before it left (without a buffer: the sample's own), and
+the content ids of the shards the stream opened: from them the training process knows, without
+the payloads, what the buffer held when the loop received a sample, and which content a
+resume must find.
 
 Resumed from a stream's saved entry, the reader first reads the samples its buffer held again,
 one ``Range`` request per span (:func:`refill`), then continues its shard from the saved byte;
 the last span of that shard (usually the newest samples, just before the saved byte) is read by
-that same request, which then starts at the span.
+that same request, which then starts at the span; every shard read again must still have the
+content id the state names.
 :func:`reader_rounds` is what one worker (or the training process, without workers) runs over
-its streams: one list of chunks per round.
+its streams: a :class:`Pack` of chunks per group of rounds (:func:`rounds_per_item`).
 """
 
 from __future__ import annotations
@@ -249,7 +252,7 @@ class StreamReader:
                 begin, n = start, self.n_in
                 for sample in task_samples(task, stream):
                     _, ordinal, end, last = sample.pop(POSITION)
-                    sample.pop(VERSION, None)  # (the order's state checks samples by offset)
+                    sample.pop(VERSION, None)  # (taken once per shard, from the stream)
                     if ordinal < before:  # a joined span's sample, before the saved byte
                         if ordinal in wanted:
                             wanted.discard(ordinal)
