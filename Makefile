@@ -22,10 +22,11 @@ lint: setup
 	$(PY) -m ruff check aisio tests examples benchmarks
 	$(PY) -m mypy
 
+# --durations: the slowest tests, in every CI log (make test has a 20-minute budget)
 test-td09: setup
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=15
 
 test-td011: setup
-	$(PY_TD011) -m pytest
+	$(PY_TD011) -m pytest --durations=15
 
 test: lint test-td09 test-td011
