@@ -130,6 +130,13 @@ def rounds_per_item(plan: OrderPlan, streams: Sequence[int], workers: int) -> in
     return max(1, min(MAX_GROUP, math.ceil(ITEM_SAMPLES / (plan.per_round * per_reader))))
 
 
+def reorder_window(plan: OrderPlan, streams: Sequence[int], items: int = 64) -> int:
+    """Returns how many rounds a rank's training process lets wait for an earlier one:
+    ``items`` items of the largest group a reader of ``streams`` may send (a loader that hands
+    out its workers' items out of order, ``in_order=False``, has that many in flight)."""
+    return items * rounds_per_item(plan, streams, workers=len(streams))
+
+
 def refill(buffer: DelayBuffer[Any], spans: Sequence[Sequence[int]],
            shards: Sequence[ObjectRef], open: Opener,
            versions: dict[int, str] | None = None) -> None:
@@ -374,4 +381,4 @@ def reader_rounds(plan: OrderPlan, streams: Sequence[int], open: Opener, *,
 
 
 __all__ = ["ITEM_SAMPLES", "MAX_GROUP", "Chunk", "Opener", "Pack", "StreamReader", "Trace",
-           "reader_rounds", "refill", "rounds_per_item"]
+           "reader_rounds", "refill", "reorder_window", "rounds_per_item"]

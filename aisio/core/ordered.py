@@ -27,7 +27,7 @@ from aisio.core.errors import AISIOError, ConfigError, StateMismatchError, Worke
 from aisio.core.fetch import check_epoch
 from aisio.core.order import OrderPlan, check_order_state, merge_order_states
 from aisio.core.order_loop import Reorderer
-from aisio.core.order_reader import Chunk, reader_rounds, rounds_per_item
+from aisio.core.order_reader import Chunk, reader_rounds, reorder_window, rounds_per_item
 from aisio.core.plan import EpochPlan
 from aisio.core.sources import ObjectRef
 from aisio.core.spec import PipelineSpec
@@ -186,7 +186,8 @@ class OrderedLoader:
         close: stops the loader's worker processes, if any.
         end_epoch: what ends with each epoch, if any.
         sync: with ``uneven="drop"`` across ranks: ``sync(have_batch) -> all ranks have one``.
-        window: the most rounds that may wait for an earlier one.
+        window: the most items (groups of rounds, :func:`rounds_per_item`) that may wait for
+            an earlier one.
     """
 
     def __init__(self, setup: OrderSetup, *, open_epoch: OpenEpoch,
@@ -207,7 +208,8 @@ class OrderedLoader:
         self._close = close
         self._end_epoch = end_epoch
         self._sync = sync
-        self._window = window
+        plan = setup.plan(0)
+        self._window = reorder_window(plan, plan.rank_streams(setup.rank, setup.world), window)
         self._resume: dict[str, Any] | None = None
         self._reorderer: Reorderer | None = None
         #: the underlying loader, kept across epochs

@@ -32,7 +32,7 @@ from aisio.core.order import (
     merge_order_states,
 )
 from aisio.core.order_loop import Reorderer
-from aisio.core.order_reader import reader_rounds, rounds_per_item
+from aisio.core.order_reader import reader_rounds, reorder_window, rounds_per_item
 from aisio.core.sources import ObjectRef
 from aisio.core.urls import parse_ais_url
 from tests.conftest import tar_bytes
@@ -278,6 +278,24 @@ def test_every_reader_of_a_rank_sends_the_same_groups_of_rounds() -> None:
                 rounds = {chunk.round for chunk in pack}
                 assert len({r // group for r in rounds}) == 1, rounds
                 assert sorted(rounds) == list(range(min(rounds), max(rounds) + 1))
+
+
+def test_items_handed_out_of_order_are_put_back_within_the_window() -> None:
+    """A loader with ``in_order=False`` (16 items in flight here, each finished in reverse)
+    hands out groups of rounds far apart: the training side's window counts items of the
+    largest group, so they wait and come out in order."""
+    store = Store([150] * 7, seed=8)
+    plan = OrderPlan(store.refs, seed=8, epoch=0, streams=8, batch=8, buffer=0)
+    streams = plan.rank_streams(0, 1)
+    packs = list(reader_rounds(plan, streams, store.open,
+                               group=rounds_per_item(plan, streams, 1)))
+    late = [pack for i in range(0, len(packs), 16) for pack in reversed(packs[i:i + 16])]
+    expected = [key for _, key in model(store, plan)]
+    with pytest.raises(AssertionError, match="rounds wait"):  # a window of 64 rounds
+        list(Reorderer(plan).batches(late))
+    window = reorder_window(plan, streams)
+    assert [s["__key__"] for b in Reorderer(plan, window=window).batches(late) for s in b] == (
+        expected)
 
 
 def test_resume_refills_with_ranges_at_recorded_offsets() -> None:
