@@ -51,14 +51,14 @@ class StreamShadow:
 
     def __init__(self, plan: OrderPlan, stream: int, entry: Any = None) -> None:
         self.stream = stream
-        self.place_of = {index: place for place, index in enumerate(plan.stream_shards(stream))}
+        self.order = plan.stream_shards(stream)
+        self.place_of = {index: place for place, index in enumerate(self.order)}
         #: the samples held that this reader read (n -> their Input)
         self.held: dict[int, Input] = {}
         #: the samples held since a saved state (n -> Held): read again on resume
         self.restored: dict[int, Held] = {}
         #: the content id of each shard the stream opened, as its reader saw it
         self.versions: dict[int, str] = {}
-        self.order = plan.stream_shards(stream)
         #: no shuffle buffer: a chunk's trace is its samples' positions (see :meth:`passed`)
         self.passthrough = not plan.buffer
         self.done = entry == "done"
@@ -83,18 +83,10 @@ class StreamShadow:
         """
         sample, inputs = trace
         if inputs:
-            held, n = self.held, self.n_in
-            if inputs[0][5] != n:
-                raise AssertionError(f"stream {self.stream}: input {inputs[0][5]} arrived, "
-                                     f"{n} was due")
+            self._read(inputs)
+            held = self.held
             for position in inputs:
                 held[position[5]] = position
-            index, ordinal, _, end, last, n = inputs[-1]
-            self.n_in = n + 1
-            if last:
-                self.place, self.offset, self.ordinal = self.place_of[index] + 1, 0, 0
-            else:
-                self.place, self.offset, self.ordinal = self.place_of[index], end, ordinal + 1
         left: Any = self.held.pop(sample[5], None)
         if left is None:
             left = self.restored.pop(sample[5], None)
@@ -110,14 +102,22 @@ class StreamShadow:
         Raises:
             AssertionError: the positions do not continue the stream (a bug, never silent).
         """
-        if not positions:
-            return
-        first, last = positions[0][5], positions[-1][5]
-        if first != self.n_in or last != first + len(positions) - 1:
+        if positions:
+            self._read(positions)
+            self.n_out += len(positions)
+
+    def _read(self, inputs: Sequence[Input]) -> None:
+        """Moves the stream's read position past ``inputs``, the next samples its reader read.
+
+        Raises:
+            AssertionError: they do not continue the stream.
+        """
+        first, last = inputs[0][5], inputs[-1][5]
+        if first != self.n_in or last != first + len(inputs) - 1:
             raise AssertionError(f"stream {self.stream}: inputs {first}..{last} arrived, "
                                  f"{self.n_in}.. was due")
-        index, ordinal, _, end, final, _ = positions[-1]
-        self.n_in, self.n_out = last + 1, self.n_out + len(positions)
+        index, ordinal, _, end, final, _ = inputs[-1]
+        self.n_in = last + 1
         if final:
             self.place, self.offset, self.ordinal = self.place_of[index] + 1, 0, 0
         else:
