@@ -288,9 +288,11 @@ class StreamReader:
             raise exc
         self.policy.handle(exc, url, samples=samples)
 
-    def outputs(self) -> Iterator[tuple[Input, Any, list[Input]]]:
+    def outputs(self) -> Iterator[tuple[Input, Any, Sequence[Input]]]:
         """Yields ``(position, sample, inputs)`` for each sample as it leaves the buffer, with
-        the positions of the samples that entered it since the previous one left."""
+        the positions of the samples that entered it since the previous one left (none listed
+        without a buffer: each sample leaves as it enters, and its chunk's trace is its
+        position)."""
         if self.done:
             return
         spans, self._spans = self._spans, []
@@ -303,7 +305,7 @@ class StreamReader:
         refill(self.buffer, spans, self.plan.shards, self.open, self.expected)
         if not self.buffer.size:  # no shuffle: each sample leaves as it enters
             for position, sample in self._inputs(joined):
-                yield position, sample, [position]
+                yield position, sample, ()
             return
         log: list[Input] = []
         push = self.buffer.push
