@@ -53,6 +53,7 @@ from aisio.datapipes.pipeline import (
 )
 from aisio.loaders.ordered import batch_collate
 from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
+from aisio.runtime.workers import widen_pipe
 
 
 class KeepUnevenReadingService(DistributedReadingService):
@@ -73,6 +74,18 @@ class KeepUnevenReadingService(DistributedReadingService):
         return datapipe
 
 
+class WorkersReadingService(MultiProcessingReadingService):
+    """DataLoader2's MultiProcessingReadingService, each worker's result pipe widened (see
+    :func:`~aisio.runtime.workers.widen_pipe`): a worker's batches no longer wait for the
+    training process to drain them 64 KiB at a time."""
+
+    def initialize(self, datapipe: IterDataPipe) -> IterDataPipe:
+        datapipe = super().initialize(datapipe)
+        for _, _, results in self._worker_processes:
+            widen_pipe(results)
+        return datapipe
+
+
 def reading_service(num_workers: int = 0, *, uneven: Uneven = "drop", worker_prefetch: int = 10,
                     main_prefetch: int = 10, multiprocessing_context: str | None = None
                     ) -> ReadingServiceInterface | None:
@@ -90,10 +103,10 @@ def reading_service(num_workers: int = 0, *, uneven: Uneven = "drop", worker_pre
     """
     if uneven not in ("drop", "keep"):
         raise ValueError(f"uneven={uneven!r} must be 'drop' or 'keep'")
-    mp = MultiProcessingReadingService(num_workers=num_workers,
-                                       multiprocessing_context=multiprocessing_context,
-                                       worker_prefetch_cnt=worker_prefetch,
-                                       main_prefetch_cnt=main_prefetch) if num_workers else None
+    mp = WorkersReadingService(num_workers=num_workers,
+                               multiprocessing_context=multiprocessing_context,
+                               worker_prefetch_cnt=worker_prefetch,
+                               main_prefetch_cnt=main_prefetch) if num_workers else None
     if dist.is_available() and dist.is_initialized():
         dist_rs = DistributedReadingService() if uneven == "drop" else KeepUnevenReadingService()
         return SequentialReadingService(dist_rs, mp) if mp else dist_rs
@@ -345,7 +358,7 @@ def _ordered_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: 
         if current and current[0]._terminated:
             close()
         if not current:
-            service = MultiProcessingReadingService(
+            service = WorkersReadingService(
                 num_workers=num_workers,
                 multiprocessing_context=loader_options.get("multiprocessing_context"),
                 worker_prefetch_cnt=loader_options.get("prefetch_factor") or 10,

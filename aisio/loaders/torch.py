@@ -34,7 +34,7 @@ from aisio.core.spec import PipelineSpec, check_options
 from aisio.datapipes.pipeline import documents_pipe_options, epoch_pipe, shard_names
 from aisio.loaders.ordered import OrderedStreams, batch_collate, can_pin
 from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
-from aisio.runtime.workers import worker_init_fn
+from aisio.runtime.workers import widen_pipe, worker_init_fn
 
 #: DataLoader's options these loaders pass through (``drop_last`` is the pipeline's: batches
 #: are made in the workers).
@@ -79,6 +79,20 @@ def _quiet_set_vital() -> Iterator[None]:
 def _pinnable(item: Any) -> Any:
     """The collate (in the workers) when memory is pinned: deliveries go through the pin."""
     return _Pinned(item) if isinstance(item, Delivery) else item
+
+
+def _widen_results(loader: Any) -> None:
+    """Widens the pipe of each worker iterator ``loader`` makes (its ``_worker_result_queue``,
+    which all its workers write to; see :func:`~aisio.runtime.workers.widen_pipe`), as the
+    iterator is made: the first epoch's with persistent workers, else each epoch's."""
+    make = loader._get_iterator
+
+    def get_iterator() -> Any:
+        iterator = make()
+        widen_pipe(getattr(iterator, "_worker_result_queue", None))
+        return iterator
+
+    loader._get_iterator = get_iterator
 
 
 def _stop_workers(loader: Any) -> None:
@@ -127,8 +141,11 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
         generator = torch.Generator()  # DataLoader's per-epoch seeds, not the global RNG
         generator.manual_seed(run_seed)
         with _quiet_set_vital():
-            return loader_class(dataset, batch_size=None, num_workers=num_workers,
-                                collate_fn=collate_fn, generator=generator, **kwargs)
+            loader = loader_class(dataset, batch_size=None, num_workers=num_workers,
+                                  collate_fn=collate_fn, generator=generator, **kwargs)
+        if num_workers:
+            _widen_results(loader)
+        return loader
 
     def close() -> None:
         while current:

@@ -3,6 +3,7 @@ no shared memory left behind after a normal run, a SIGKILLed worker or a SIGKILL
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import json
 import os
@@ -23,6 +24,7 @@ from aisio.core import transport
 from aisio.core.client import Client
 from aisio.core.delivery import Delivery
 from aisio.core.urls import Bucket
+from aisio.runtime.workers import PIPE_BYTES
 from tests.conftest import LOADERS, needs_dataloader2, write_shards
 from tests.integration.test_workers import _iterate_in_thread
 
@@ -186,6 +188,21 @@ def test_a_killed_trainer_leaves_no_shared_memory(tmp_path: Path) -> None:
             proc.stdout.close()
 
 
+_WIDE = min(PIPE_BYTES, int(Path("/proc/sys/fs/pipe-max-size").read_text()))
+
+
+def _result_queues(loader: Any) -> list[Any]:
+    """The queues a loader's workers send their items to the training process through."""
+    service = getattr(loader, "reading_service", None)
+    if service is not None:  # DataLoader2: one per worker
+        return [results for _, _, results in service._worker_processes]
+    return [loader._iterator._worker_result_queue]  # DataLoader: one for all its workers
+
+
+def _pipe_size(results: Any) -> int:
+    return int(fcntl.fcntl(results._reader.fileno(), fcntl.F_GETPIPE_SZ))
+
+
 @pytest.fixture
 def large(ais_client: Client, bucket: Bucket, tmp_path: Path) -> tuple[str, list[str]]:
     return write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=20,
@@ -215,6 +232,8 @@ def test_every_loader_delivers_large_samples_equal(name: str, order: str, ais_en
         loader = LOADERS[name](template, num_workers=workers, **options)
         try:
             got[workers] = {key: data for batch_ in loader for key, data in batch_}
+            if workers and name != "nodes":  # (nodes: the mapper's own queues)
+                assert [_pipe_size(q) for q in _result_queues(loader.current)] == [_WIDE]
         finally:
             loader.shutdown()
         assert bool(opened) == (workers == 1), (workers, len(opened))
