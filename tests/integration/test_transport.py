@@ -145,7 +145,11 @@ def test_a_killed_worker_leaves_no_shared_memory(tmp_path: Path) -> None:
                          cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["error"] and "killed by signal" in result["error"], result
+    # torch names the worker one of two ways, whichever notices first: its SIGCHLD handler
+    # ("killed by signal") or the data queue's liveness check ("exited unexpectedly").
+    error = result["error"] or ""
+    assert str(result["worker"]) in error and (
+        "killed by signal" in error or "exited unexpectedly" in error), result
     assert result["delivered"] >= 21 and result["mapped"] == []
     assert not _shm_files(result["worker"])
 
