@@ -18,7 +18,7 @@ from typing import Any
 
 from aisio.core.delivery import Failure
 from aisio.core.errors import WorkerDiedError
-from aisio.runtime.workers import EndsWithParent
+from aisio.runtime.workers import EndsWithParent, widen_pipe
 
 try:
     from torchdata.nodes import BaseNode as _Node
@@ -86,9 +86,14 @@ class PoolMapper(_Node):
                 self._pool = cf.ThreadPoolExecutor(self.workers, thread_name_prefix="aisio-map")
             else:
                 context = multiprocessing.get_context(self.context)
-                self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=context,
-                                                    initializer=_install,
-                                                    initargs=(EndsWithParent(self.fn),))
+                pool = cf.ProcessPoolExecutor(self.workers, mp_context=context,
+                                              initializer=_install,
+                                              initargs=(EndsWithParent(self.fn),))
+                # Batches go to the processes and back through two pipes, each shared by
+                # every process (see widen_pipe).
+                widen_pipe(getattr(pool, "_call_queue", None))
+                widen_pipe(getattr(pool, "_result_queue", None))
+                self._pool = pool
         return self._pool
 
     def next(self) -> Any:

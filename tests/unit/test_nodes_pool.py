@@ -86,3 +86,28 @@ def _drain(mapper: PoolMapper) -> list[Any]:
             out.append(mapper.next())
         except StopIteration:
             return out
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def test_processes_send_and_return_batches_through_widened_pipes() -> None:
+    """Both pipes of the process pool (items out, results back) are widened, and what goes
+    through them arrives whole (see aisio.runtime.workers.widen_pipe)."""
+    import fcntl
+    from pathlib import Path
+
+    from aisio.runtime.workers import PIPE_BYTES
+
+    wide = min(PIPE_BYTES, int(Path("/proc/sys/fs/pipe-max-size").read_text()))
+    mapper = PoolMapper(Counting(20), _square, 2, method="process")
+    try:
+        mapper.reset()
+        assert _drain(mapper) == [x * x for x in range(20)]
+        pool = mapper._pool
+        sizes = [fcntl.fcntl(queue._reader.fileno(), fcntl.F_GETPIPE_SZ)
+                 for queue in (pool._call_queue, pool._result_queue)]
+        assert sizes == [wide, wide]
+    finally:
+        mapper.shutdown()
