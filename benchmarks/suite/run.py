@@ -6,20 +6,31 @@ milliseconds without inheriting the suite's own memory), polls the resident memo
 and all its descendants (DataLoader2 workers, curl) from ``/proc`` every 20 ms, and reads the
 child's JSON result.
 
+An arm of the other torchdata environment (``.venv-td011``) starts the same way from that
+environment's own server (:class:`_Server`: ``python -m benchmarks.suite.run --serve``, started
+once per suite run, which imports the same modules once and forks a child per arm), not from
+a new interpreter per arm (3-4 s each, mostly importing torch).
+
 Child side: :func:`run_job` sets the arm up, runs the warm-up passes, then the timed passes,
 checking every pass's byte and sample counts against the dataset.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
+import importlib
 import json
 import multiprocessing
 import os
 import resource
+import select
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -174,12 +185,123 @@ def run_arm(job: Job, *, timeout: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="aisio-bench-") as tmp:
         spec, out = Path(tmp, "job.json"), Path(tmp, "result.json")
         spec.write_text(json.dumps(dataclasses.asdict(job)))
+        server = _Server.of(python)
+        pid = server.start(spec, out)
+        if pid is None:
+            return {"ok": False, "error": f"the arm server of {python} is gone",
+                    "peak_rss": 0}
+        exit_file = Path(f"{out}.exit")
+
+        def poll() -> int | None:
+            try:
+                return int(exit_file.read_text())
+            except (OSError, ValueError):
+                return None
+
+        def kill() -> None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while poll() is None and time.monotonic() < deadline:
+                time.sleep(_POLL_SECONDS)
+
+        return _watch(pid, poll, kill, out, timeout)
+
+
+class _Server:
+    """A process of another environment's interpreter that has imported the arms' modules and
+    forks a child per arm (``python -m benchmarks.suite.run --serve``). One per interpreter
+    for the suite's run; it ends when the suite does (its stdin closes)."""
+
+    def __init__(self, python: str) -> None:
         root = Path(__file__).resolve().parents[2]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
-        proc = subprocess.Popen([python, "-m", "benchmarks.suite.run", str(spec), str(out)],
-                                cwd=root, env=env)
-        return _watch(proc.pid, proc.poll, proc.kill, out, timeout)
+        self.proc = subprocess.Popen([python, "-m", "benchmarks.suite.run", "--serve"],
+                                     cwd=root, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    @classmethod
+    def of(cls, python: str) -> _Server:
+        """Returns the running server of ``python``, started on first use."""
+        with _SERVERS_LOCK:
+            server = _SERVERS.get(python)
+            if server is None or server.proc.poll() is not None:
+                server = _SERVERS[python] = cls(python)
+                atexit.register(server.close)
+            return server
+
+    def start(self, spec: Path, out: Path) -> int | None:
+        """Starts the arm of ``spec`` (its result goes to ``out``, its exit code to
+        ``<out>.exit``); returns the arm's pid, None if the server has ended."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(f"{spec}\t{out}\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except (OSError, ValueError):
+            return None
+        return int(line) if line.strip() else None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+_SERVERS: dict[str, _Server] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def _serve() -> None:
+    """``python -m benchmarks.suite.run --serve``: imports the arms' modules once, then for each
+    ``JOB.json<TAB>OUT.json`` line on stdin forks a child that runs the arm, answers its pid,
+    and writes its exit code to ``OUT.json.exit`` once it has ended. Single-threaded (the
+    children are forked from it); ends when stdin closes and every child has ended."""
+    for name in ["torch", "aisio", *_PRELOAD]:
+        with contextlib.suppress(ImportError):  # (keepup needs DataLoader2: not in every env)
+            importlib.import_module(name)
+    children: dict[int, str] = {}
+    stdin = sys.stdin.fileno()
+    pending = b""
+    open_ = True
+    while open_ or children:
+        for pid in list(children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                Path(f"{children.pop(pid)}.exit").write_text(
+                    str(os.waitstatus_to_exitcode(status)))
+        if not open_:
+            time.sleep(_POLL_SECONDS)
+            continue
+        ready, _, _ = select.select([stdin], [], [], _POLL_SECONDS)
+        if not ready:
+            continue
+        chunk = os.read(stdin, 65536)
+        if not chunk:
+            open_ = False
+            continue
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            spec, out = line.decode().split("\t")
+            pid = os.fork()
+            if pid == 0:  # the arm
+                code = 1
+                try:
+                    os.close(stdin)
+                    os.dup2(2, 1)  # what the arm prints must not reach the pid answers
+                    _main([spec, out])
+                    code = 0
+                finally:
+                    os._exit(code)
+            children[pid] = out
+            sys.stdout.write(f"{pid}\n")
+            sys.stdout.flush()
 
 
 def _watch(pid: int, poll: Callable[[], Any], kill: Callable[[], None], out: Path,
@@ -238,4 +360,7 @@ __all__ = ["PeakMemory", "descendants", "private_memory", "rss", "run_arm", "run
            "run_job", "self_rss"]
 
 if __name__ == "__main__":
-    _main(sys.argv[1:])
+    if sys.argv[1:] == ["--serve"]:
+        _serve()
+    else:
+        _main(sys.argv[1:])
