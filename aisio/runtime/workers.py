@@ -124,19 +124,24 @@ class EndsWithParent:
         return self.fn(item)
 
 
+def pipe_size(size: int = PIPE_BYTES) -> int:
+    """Returns ``size``, or less if the system lets a process ask for less
+    (``/proc/sys/fs/pipe-max-size``): the size :func:`widen_pipe` gives a pipe."""
+    with contextlib.suppress(OSError, ValueError):
+        size = min(size, int(Path("/proc/sys/fs/pipe-max-size").read_text()))
+    return size
+
+
 def widen_pipe(queue: Any, size: int = PIPE_BYTES) -> bool:
-    """Makes the pipe under a ``multiprocessing`` queue hold ``size`` bytes, or as many as the
-    system lets a process ask for (``/proc/sys/fs/pipe-max-size``); returns whether it did.
-    Anything else (no such queue, another system, a user over their pipe quota) is left as
-    it is: a narrower pipe is slower, never wrong."""
+    """Makes the pipe under a ``multiprocessing`` queue hold :func:`pipe_size` bytes; returns
+    whether it did. Anything else (no such queue, another system, a user over their pipe
+    quota) is left as it is: a narrower pipe is slower, never wrong."""
     reader = getattr(queue, "_reader", None)
     setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
     if reader is None or setsize is None or size <= 0:
         return False
     try:
-        with contextlib.suppress(OSError, ValueError):
-            size = min(size, int(Path("/proc/sys/fs/pipe-max-size").read_text()))
-        fcntl.fcntl(reader.fileno(), setsize, size)
+        fcntl.fcntl(reader.fileno(), setsize, pipe_size(size))
     except (OSError, ValueError):
         return False
     return True

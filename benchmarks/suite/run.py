@@ -262,6 +262,8 @@ def _serve() -> None:
     ``JOB.json<TAB>OUT.json`` line on stdin forks a child that runs the arm, answers its pid,
     and writes its exit code to ``OUT.json.exit`` once it has ended. Single-threaded (the
     children are forked from it); ends when stdin closes and every child has ended."""
+    answers = os.fdopen(os.dup(1), "w")  # the pids; anything else printed goes to stderr
+    os.dup2(2, 1)
     for name in ["torch", "aisio", *_PRELOAD]:
         with contextlib.suppress(ImportError):  # (keepup needs DataLoader2: not in every env)
             importlib.import_module(name)
@@ -273,8 +275,9 @@ def _serve() -> None:
         for pid in list(children):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                Path(f"{children.pop(pid)}.exit").write_text(
-                    str(os.waitstatus_to_exitcode(status)))
+                with contextlib.suppress(OSError):  # (its folder is gone if it was given up)
+                    Path(f"{children.pop(pid)}.exit").write_text(
+                        str(os.waitstatus_to_exitcode(status)))
         if not open_:
             time.sleep(_POLL_SECONDS)
             continue
@@ -294,14 +297,14 @@ def _serve() -> None:
                 code = 1
                 try:
                     os.close(stdin)
-                    os.dup2(2, 1)  # what the arm prints must not reach the pid answers
+                    answers.close()
                     _main([spec, out])
                     code = 0
                 finally:
                     os._exit(code)
             children[pid] = out
-            sys.stdout.write(f"{pid}\n")
-            sys.stdout.flush()
+            answers.write(f"{pid}\n")
+            answers.flush()
 
 
 def _watch(pid: int, poll: Callable[[], Any], kill: Callable[[], None], out: Path,

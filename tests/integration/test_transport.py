@@ -24,7 +24,7 @@ from aisio.core import transport
 from aisio.core.client import Client
 from aisio.core.delivery import Delivery
 from aisio.core.urls import Bucket
-from aisio.runtime.workers import PIPE_BYTES
+from aisio.runtime.workers import pipe_size
 from tests.conftest import LOADERS, needs_dataloader2, write_shards
 from tests.integration.test_workers import _iterate_in_thread
 
@@ -192,7 +192,7 @@ def test_a_killed_trainer_leaves_no_shared_memory(tmp_path: Path) -> None:
             proc.stdout.close()
 
 
-_WIDE = min(PIPE_BYTES, int(Path("/proc/sys/fs/pipe-max-size").read_text()))
+_WIDE = pipe_size()
 
 
 def _result_queues(loader: Any) -> list[Any]:

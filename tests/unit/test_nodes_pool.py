@@ -96,11 +96,10 @@ def test_processes_send_and_return_batches_through_widened_pipes() -> None:
     """Both pipes of the process pool (items out, results back) are widened, and what goes
     through them arrives whole (see aisio.runtime.workers.widen_pipe)."""
     import fcntl
-    from pathlib import Path
 
-    from aisio.runtime.workers import PIPE_BYTES
+    from aisio.runtime.workers import pipe_size
 
-    wide = min(PIPE_BYTES, int(Path("/proc/sys/fs/pipe-max-size").read_text()))
+    wide = pipe_size()
     mapper = PoolMapper(Counting(20), _square, 2, method="process")
     try:
         mapper.reset()

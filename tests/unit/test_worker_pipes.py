@@ -6,11 +6,10 @@ import fcntl
 import multiprocessing
 import os
 import queue
-from pathlib import Path
 
-from aisio.runtime.workers import PIPE_BYTES, widen_pipe
+from aisio.runtime.workers import pipe_size, widen_pipe
 
-_LIMIT = min(PIPE_BYTES, int(Path("/proc/sys/fs/pipe-max-size").read_text()))
+_LIMIT = pipe_size()
 
 
 def _written_without_a_reader(results: multiprocessing.queues.Queue, size: int) -> int:
