@@ -19,11 +19,8 @@ from typing import TYPE_CHECKING
 
 from aisio._lazy import lazy_attribute as _lazy_attribute
 from aisio._lazy import register_datapipes_with_torch as _register_datapipes_with_torch
-from aisio.core.cache import ShardCache
-from aisio.core.config import AISConfig
-from aisio.core.decode import Decoder, to_tuple
-from aisio.core.epoch import merge_states
-from aisio.core.errors import (
+from aisio.core.epochs.progress import merge_states
+from aisio.core.faults.errors import (
     AISConnectionError,
     AISIOError,
     AISRequestError,
@@ -49,9 +46,12 @@ from aisio.core.errors import (
     WorkerDiedError,
     WorkerTraceback,
 )
-from aisio.core.loop import ResumableLoader
-from aisio.core.report import ErrorReport
-from aisio.core.urls import ETL
+from aisio.core.faults.report import ErrorReport
+from aisio.core.format.decode import Decoder, to_tuple
+from aisio.core.pipeline.loop import ResumableLoader
+from aisio.core.store.cache import ShardCache
+from aisio.core.store.config import AISConfig
+from aisio.core.store.urls import ETL
 
 if TYPE_CHECKING:
     from aisio import localetl as localetl

@@ -8,7 +8,8 @@ sends it ``GET /<bucket>/<object>``; the pod's server (a subclass of the SDK's `
 Here the same class is served by the same SDK server code in a process of its own on
 ``127.0.0.1``, with ``AIS_TARGET_URL`` set to the cluster's ``/v1/objects`` (the proxy redirects
 each GET to the target that holds the object). It is registered for the cluster's endpoint
-(:mod:`aisio.core.etl`), so every aisio read that names the ETL goes to it, and it is stopped with
+(:mod:`aisio.core.store.etl`), so every aisio read that names the ETL goes to it, and it is stopped
+with
 :func:`stop`, or with the playground (``aisio playground down``)::
 
     server = start("examples/etl_resize.py:ResizeShards", "resize", endpoint)
@@ -34,9 +35,9 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from aisio.core.config import AISConfig
-from aisio.core.errors import PlaygroundError
-from aisio.core.etl import (
+from aisio.core.faults.errors import PlaygroundError
+from aisio.core.store.config import AISConfig
+from aisio.core.store.etl import (
     SERVER_MARKER,
     LocalETL,
     is_loopback,
@@ -47,7 +48,8 @@ from aisio.core.etl import (
     server_alive,
     unregister,
 )
-from aisio.core.urls import ETL
+from aisio.core.store.urls import ETL
+from aisio.core.system.ports import free_port
 
 START_TIMEOUT = 60.0
 _procs: dict[int, subprocess.Popen[bytes]] = {}  # servers this process started (to reap them)
@@ -104,7 +106,6 @@ def start(source: str, name: str, endpoint: str, *, config: AISConfig | None = N
         PlaygroundError: the endpoint is not on this machine, the name is taken, or the server
             did not come up (the message holds the end of its log).
     """
-    from aisio.playground import free_port  # the playground's helpers; it imports this module
 
     ETL(name)  # validates the name
     endpoint = endpoint.rstrip("/")

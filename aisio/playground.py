@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -26,10 +25,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from aisio.core.config import cache_dir
-from aisio.core.errors import PlaygroundError
-from aisio.core.etl import local_etls
-from aisio.core.processes import pid_alive
+from aisio.core.faults.errors import PlaygroundError
+from aisio.core.store.config import cache_dir
+from aisio.core.store.etl import local_etls
+from aisio.core.system.ports import free_port
+from aisio.core.system.processes import pid_alive
 
 AISTORE_MODULE = "github.com/NVIDIA/aistore"
 AISTORE_VERSION = "v1.5.0"
@@ -114,13 +114,6 @@ def _run(cmd: list[str], *, env: dict[str, str], cwd: str | None = None) -> str:
             f"`{' '.join(cmd)}` failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}"
         )
     return proc.stdout
-
-
-def free_port() -> int:
-    """Returns a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def check_xattr(directory: Path) -> None:

@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from aistore.sdk import Client as SDKClient
 
 import aisio
-from aisio.core.client import client_for
-from aisio.core.urls import AISPath, Bucket
+from aisio.core.store.client import client_for
+from aisio.core.store.urls import AISPath, Bucket
 
 
 def timed(fn: Callable[[], int], repeat: int) -> tuple[float, int]:

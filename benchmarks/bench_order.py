@@ -26,13 +26,13 @@ import uuid
 from collections.abc import Callable
 from typing import IO, Any
 
-from aisio.core.epoch import ShardTask, shuffle_buffer
-from aisio.core.order import OrderPlan
-from aisio.core.order_loop import Reorderer, StreamShadow
-from aisio.core.order_reader import reader_rounds
-from aisio.core.parse import task_samples
-from aisio.core.sources import ObjectRef
-from aisio.core.urls import parse_ais_url
+from aisio.core.epochs.progress import ShardTask, shuffle_buffer
+from aisio.core.order.reader import reader_rounds
+from aisio.core.order.reorder import Reorderer, StreamShadow
+from aisio.core.order.streams import OrderPlan
+from aisio.core.pipeline.parse import task_samples
+from aisio.core.store.sources import ObjectRef
+from aisio.core.store.urls import parse_ais_url
 
 
 def make_shards(count: int, samples: int, payload: int, seed: int = 0) -> list[bytes]:
@@ -163,10 +163,10 @@ def main() -> int:
 
 def measure_ais(name: str, data: list[bytes], streams: int, batch: int, buffer: int,
                 repeat: int) -> None:
-    from aisio.core.client import client_for
-    from aisio.core.config import AISConfig
-    from aisio.core.fetch import Fetcher
-    from aisio.core.urls import AISPath, Bucket
+    from aisio.core.pipeline.fetch import Fetcher
+    from aisio.core.store.client import client_for
+    from aisio.core.store.config import AISConfig
+    from aisio.core.store.urls import AISPath, Bucket
     from aisio.playground import cluster_endpoint
 
     with cluster_endpoint() as endpoint:
@@ -189,9 +189,9 @@ def measure_ais(name: str, data: list[bytes], streams: int, batch: int, buffer: 
 def measure_loaders(repeat: int, workers: int = 2) -> int:
     """Today's resumable DataLoader against the ordered one, same shards, same run."""
     import aisio
-    from aisio.core.client import client_for
-    from aisio.core.config import AISConfig
-    from aisio.core.urls import AISPath, Bucket
+    from aisio.core.store.client import client_for
+    from aisio.core.store.config import AISConfig
+    from aisio.core.store.urls import AISPath, Bucket
     from aisio.playground import cluster_endpoint
 
     with cluster_endpoint() as endpoint:

@@ -85,9 +85,9 @@ def _arm(name: str, endpoint: str, uri: str, local: bytes) -> Callable[[], int]:
         return sum(1 for _ in aisio.AISFileLoader([uri], url=endpoint).ais_parse_webdataset())
 
     def task() -> Any:
-        from aisio.core.epoch import ShardTask  # resumable checkouts only
-        from aisio.core.sources import ObjectRef
-        from aisio.core.urls import parse_ais_url
+        from aisio.core.epochs.progress import ShardTask  # resumable checkouts only
+        from aisio.core.store.sources import ObjectRef
+        from aisio.core.store.urls import parse_ais_url
 
         return ShardTask(0, ObjectRef(parse_ais_url(uri)))
 
@@ -156,9 +156,9 @@ def _endpoint() -> Iterator[str]:
 def _uploaded(data: bytes) -> Iterator[tuple[str, str]]:
     """Yields ``(endpoint, ais:// name)`` of ``data`` put as one shard in a bucket of its own
     (AIS_ENDPOINT's cluster, else a playground), destroyed afterwards."""
-    from aisio.core.client import client_for
-    from aisio.core.config import resolve_config
-    from aisio.core.urls import Bucket, parse_ais_url
+    from aisio.core.store.client import client_for
+    from aisio.core.store.config import resolve_config
+    from aisio.core.store.urls import Bucket, parse_ais_url
 
     for endpoint in _endpoint():
         client = client_for(resolve_config(endpoint, None))

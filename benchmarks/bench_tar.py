@@ -2,7 +2,7 @@
 
 Builds two shards in a temporary directory (large members, small members), then reads each one
 with ``tarfile.open(fileobj=..., mode="r|")`` (every member's bytes read) and with
-:func:`aisio.core.tar.iter_tar`, and prints the median of several timed runs after a warm-up.
+:func:`aisio.core.format.tar.iter_tar`, and prints the median of several timed runs after a warm-up.
 
 Run from the repository root::
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aisio.core.tar import iter_tar
+from aisio.core.format.tar import iter_tar
 
 Reader = Callable[[Path], tuple[int, int]]
 

@@ -150,7 +150,7 @@ def train(template: str, endpoint: str, etl: aisio.ETL, size: int, epochs: int,
 def run(endpoint: str, bucket: str, *, size: int = DEFAULT_SIZE, epochs: int = 3,
         num_workers: int = 2) -> Result:
     """Uploads the digits, starts the ETL (locally or on the cluster), trains through it."""
-    from aisio.core.etl import is_loopback
+    from aisio.core.store.etl import is_loopback
 
     template = upload_digits(endpoint, bucket)
     etl = aisio.ETL(ETL_NAME, {"size": size})

@@ -32,8 +32,8 @@ from PIL import Image
 from sklearn.datasets import load_digits
 
 import aisio
-from aisio.core.client import client_for
-from aisio.core.urls import parse_ais_url
+from aisio.core.store.client import client_for
+from aisio.core.store.urls import parse_ais_url
 
 
 def write_shards(bucket: str, workdir: Path, per_shard: int, endpoint: str) -> str:

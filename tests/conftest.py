@@ -13,8 +13,8 @@ import pytest
 
 import aisio
 from aisio import AISConfig
-from aisio.core.client import Client, client_for
-from aisio.core.urls import AISPath, Bucket
+from aisio.core.store.client import Client, client_for
+from aisio.core.store.urls import AISPath, Bucket
 from aisio.playground import Playground
 
 HERE = Path(__file__).parent

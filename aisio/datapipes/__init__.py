@@ -14,7 +14,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from aisio.core.errors import LoaderUnavailableError
+from aisio.core.faults.errors import LoaderUnavailableError
 from aisio.datapipes.pipeline import ResampledShards, ToTuple, webdataset_pipe
 from aisio.datapipes.pipes import AISFileLister, AISFileLoader, AISSourceLister, WebDatasetParser
 

@@ -27,19 +27,19 @@ with warnings.catch_warnings():
     )
     from torchdata.dataloader2.reading_service import ReadingServiceInterface
 
-from aisio.core.errors import ConfigError, StateMismatchError
-from aisio.core.fetch import check_epoch
-from aisio.core.loop import ResumableLoader
-from aisio.core.ordered import (
+from aisio.core.epochs.plan import EpochPlan
+from aisio.core.faults.errors import ConfigError, StateMismatchError
+from aisio.core.faults.policy import check_epoch
+from aisio.core.faults.report import ErrorReport
+from aisio.core.order.loader import (
     OrderedLoader,
     OrderSetup,
     check_ordered_options,
     is_deterministic,
     refuse_streams,
 )
-from aisio.core.plan import EpochPlan
-from aisio.core.report import ErrorReport
-from aisio.core.spec import PipelineSpec, check_options
+from aisio.core.pipeline.loop import ResumableLoader
+from aisio.core.pipeline.spec import PipelineSpec, check_options
 from aisio.datapipes.base import IterDataPipe
 from aisio.datapipes.mpfix import install as _install_round_robin_fix
 from aisio.datapipes.pipeline import (
@@ -51,8 +51,8 @@ from aisio.datapipes.pipeline import (
     shard_names,
     webdataset_pipe,
 )
-from aisio.loaders.ordered import batch_collate
 from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
+from aisio.runtime.ordered import batch_collate
 from aisio.runtime.workers import widen_pipe
 
 
@@ -225,7 +225,7 @@ def webdataset_loader(
     -> AISFileLoader -> WebDatasetParser -> shuffle -> decode -> tuples and batches) on one
     DataLoader2 with the reading service of :func:`reading_service`. Its worker processes start
     with the first epoch and live until :meth:`~aisio.ResumableLoader.shutdown`: each epoch,
-    and each resumed state, reaches them through an :class:`~aisio.core.plan.EpochPlan`.
+    and each resumed state, reaches them through an :class:`~aisio.core.epochs.plan.EpochPlan`.
     Shards and samples are shuffled by default (``shuffle_buffer=1000`` per worker: see
     below; ``shuffle_buffer=0`` keeps each shard's order). Needs torchdata < 0.10.
 
@@ -315,7 +315,7 @@ def webdataset_loader(
 
 class OrderedRounds(IterDataPipe):
     """Yields one reader's packs of the deterministic order, chunks per group of rounds
-    (:meth:`~aisio.core.ordered.OrderSetup.rounds`); the worker it runs in is known from the
+    (:meth:`~aisio.core.order.loader.OrderSetup.rounds`); the worker it runs in is known from the
     multiprocessing sharding DataLoader2 applies to it."""
 
     def __init__(self, setup: OrderSetup) -> None:

@@ -46,7 +46,7 @@ with warnings.catch_warnings():
     from torchdata.dataloader2.communication.iter import _IterateQueueDataPipes
     from torchdata.dataloader2.communication.protocol import IterDataPipeQueueProtocolServer
 
-from aisio.core.errors import WorkerDiedError, WorkerTraceback
+from aisio.core.faults.errors import WorkerDiedError, WorkerTraceback
 from aisio.runtime.workers import die_with_parent, set_worker_id
 
 _POLL_SECONDS = 0.0001

@@ -20,21 +20,21 @@ from typing import Any, Literal, TypeVar
 
 from torch.utils.data import default_collate
 
-from aisio.core.cache import ShardCache
-from aisio.core.client import client_for
-from aisio.core.collate import BatchCollate, sample_name
-from aisio.core.config import AISConfig, resolve_config
-from aisio.core.decode import Decoder, to_tuple
-from aisio.core.decode import tuple_fields as _tuple_fields
-from aisio.core.delivery import Delivery, Placed, Positioned, pack, ship_errors
-from aisio.core.epoch import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
-from aisio.core.plan import EpochPlan
-from aisio.core.report import ErrorReport
-from aisio.core.sources import ObjectRef, objects, resolve, resolve_one, shard_list
-from aisio.core.spec import DEFAULT_SHUFFLE_BUFFER, PipelineSpec, check_options
-from aisio.core.stages import SKIPPED, is_kept
-from aisio.core.threads import thread_map
-from aisio.core.urls import ETL
+from aisio.core.epochs.plan import EpochPlan
+from aisio.core.epochs.progress import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
+from aisio.core.faults.policy import SKIPPED, is_kept
+from aisio.core.faults.report import ErrorReport
+from aisio.core.format.collate import BatchCollate, sample_name
+from aisio.core.format.decode import Decoder, to_tuple
+from aisio.core.format.decode import tuple_fields as _tuple_fields
+from aisio.core.pipeline.spec import DEFAULT_SHUFFLE_BUFFER, PipelineSpec, check_options
+from aisio.core.store.cache import ShardCache
+from aisio.core.store.client import client_for
+from aisio.core.store.config import AISConfig, resolve_config
+from aisio.core.store.sources import ObjectRef, objects, resolve, resolve_one, shard_list
+from aisio.core.store.urls import ETL
+from aisio.core.system.threads import thread_map
+from aisio.core.transport.delivery import Delivery, Placed, Positioned, pack, ship_errors
 from aisio.datapipes.base import IterableWrapper, IterDataPipe
 from aisio.datapipes.pipes import AISFileLoader, OnError, WebDatasetParser
 from aisio.runtime.workers import worker_id
@@ -66,7 +66,7 @@ class ToTuple:
 
 
 def shard_names(sources: Any, config: AISConfig | None = None) -> list[ObjectRef]:
-    """Returns the shards that sources stand for, parsed once (see :mod:`aisio.core.sources`).
+    """Returns the shards that sources stand for, parsed once (see :mod:`aisio.core.store.sources`).
 
     Templates are expanded and SDK objects converted without I/O; a bucket or prefix
     (``ais://b/train/``) is listed once, here, rather than in every worker and every epoch.
@@ -191,7 +191,7 @@ def webdataset_pipe(
         concurrency: parallel GETs (for many small shards).
         cache: a :class:`ShardCache` keeping read shards on local disk for later epochs.
         timings: measure where the time goes (network reads, tar parsing, decoding) in every
-            process, as ``pipe.timings`` (a :class:`~aisio.core.timing.StageTimes`).
+            process, as ``pipe.timings`` (a :class:`~aisio.core.system.timing.StageTimes`).
         map: a function applied to each sample (or tuple, after ``decode`` and
             ``tuple_fields``) before batching, in the workers: webdataset's ``.map`` /
             ``.map_tuple``. The one-call loaders stay resumable with it (each result keeps its
@@ -319,7 +319,8 @@ def samples_pipe(source: IterDataPipe, spec: PipelineSpec, *, shuffle: bool = Tr
 
 
 class ShardTasks(IterDataPipe):
-    """Yields an epoch's :class:`~aisio.core.epoch.ShardTask` s, the same list in every process
+    """Yields an epoch's :class:`~aisio.core.epochs.progress.ShardTask` s, the same list in every
+    process
     (so that ``sharding_filter`` hands each to exactly one reader): every shard in the order of
     ``(seed, epoch)``, or, when the epoch resumes a saved state, what that state left.
 
@@ -381,10 +382,11 @@ def drop_last(triples: Iterable[Placed], batch_size: int) -> Iterator[Placed]:
 
 
 class Pack(IterDataPipe):
-    """Yields :class:`~aisio.core.delivery.Delivery` items: ``(value, position, version)`` batched
+    """Yields :class:`~aisio.core.transport.delivery.Delivery` items: ``(value, position,
+    version)`` batched
     and collated as the spec says, each delivery with the positions of its samples. A batch
     that cannot be collated because its images differ in size raises
-    :class:`~aisio.core.collate.MixedShapesError` naming the shards and samples."""
+    :class:`~aisio.core.format.collate.MixedShapesError` naming the shards and samples."""
 
     def __init__(self, source: IterDataPipe, spec: PipelineSpec,
                  shards: Sequence[ObjectRef] = (), *, stage: Positioned | None = None) -> None:
@@ -422,7 +424,8 @@ def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int,
                plan: EpochPlan | None = None, rank: int = 0) -> IterDataPipe:
     """Returns the resumable pipeline: :class:`ShardTasks` -> sharding_filter -> load -> parse
     -> shuffle samples (:class:`EpochShuffle`) -> decode -> :class:`Pack`. Its items are
-    deliveries that a loader unpacks in the training process (see :mod:`aisio.core.loop`); the
+    deliveries that a loader unpacks in the training process (see :mod:`aisio.core.pipeline.loop`);
+    the
     loader publishes each epoch (and the state it resumes) in ``plan`` before its ``iter()``.
     ``rank`` (this process's) makes each rank's sample shuffle its own."""
     plan = plan if plan is not None else EpochPlan()

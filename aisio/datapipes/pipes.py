@@ -11,15 +11,16 @@ import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from aisio.core.cache import ShardCache
-from aisio.core.client import Client, client_for
-from aisio.core.config import AISConfig, resolve_config
-from aisio.core.epoch import ShardTask
-from aisio.core.etl import read_url
-from aisio.core.fetch import ErrorPolicy, Fetcher, OnError
-from aisio.core.parse import parse_streams
-from aisio.core.report import ErrorReport
-from aisio.core.sources import (
+from aisio.core.epochs.progress import ShardTask
+from aisio.core.faults.policy import ErrorPolicy, OnError
+from aisio.core.faults.report import ErrorReport
+from aisio.core.pipeline.fetch import Fetcher
+from aisio.core.pipeline.parse import parse_streams
+from aisio.core.store.cache import ShardCache
+from aisio.core.store.client import Client, client_for
+from aisio.core.store.config import AISConfig, resolve_config
+from aisio.core.store.etl import read_url
+from aisio.core.store.sources import (
     as_sources,
     count,
     list_prefix,
@@ -28,7 +29,7 @@ from aisio.core.sources import (
     resolve,
     resolve_one,
 )
-from aisio.core.urls import ETL, AISPath, to_etl
+from aisio.core.store.urls import ETL, AISPath, to_etl
 from aisio.datapipes.base import (
     IterDataPipe,
     StreamWrapper,
@@ -164,7 +165,7 @@ class AISSourceLister(_AISDataPipe):
 
     The URLs work with any HTTP client, with ``webdataset.WebDataset`` and with
     :class:`AISFileLoader`. An ETL that runs as a local process beside the cluster
-    (:mod:`aisio.localetl`) gets URLs of its own server (see :func:`aisio.core.etl.read_url`).
+    (:mod:`aisio.localetl`) gets URLs of its own server (see :func:`aisio.core.store.etl.read_url`).
 
     Args:
         ais_sources: sources as for :class:`AISFileLister` (alone, a list or an IterDataPipe).

@@ -3,7 +3,7 @@
 
 - :mod:`~aisio.loaders.torch`: :func:`webdataset_dataloader`, :func:`webdataset_stateful_loader`.
 - :mod:`~aisio.loaders.nodes`: :class:`ShardSamples` (a node) and :func:`webdataset_node_loader`.
-- :mod:`~aisio.loaders.ordered`: the torch parts of ``order="deterministic"`` (the workers'
+- :mod:`~aisio.runtime.ordered`: the torch parts of ``order="deterministic"`` (the workers'
   dataset, the collate), shared with DataLoader2's and the nodes' front ends.
 - :func:`gather_state` (from :mod:`aisio.runtime.dist`, which DataLoader2 shares).
 """

@@ -16,26 +16,26 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any
 
-from aisio.core.collate import BatchCollate, sample_name
-from aisio.core.delivery import Failure, Positioned, pack_batch, ship_errors
-from aisio.core.epoch import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
-from aisio.core.errors import AISIOError, LoaderUnavailableError
-from aisio.core.loop import ResumableLoader
-from aisio.core.ordered import (
+from aisio.core.epochs.plan import EpochPlan
+from aisio.core.epochs.progress import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
+from aisio.core.faults.errors import AISIOError, LoaderUnavailableError
+from aisio.core.faults.policy import SKIPPED, is_kept
+from aisio.core.format.collate import BatchCollate, sample_name
+from aisio.core.order.loader import (
     OrderedLoader,
     OrderSetup,
     check_ordered_options,
     is_deterministic,
     refuse_streams,
 )
-from aisio.core.parse import parse_streams
-from aisio.core.plan import EpochPlan
-from aisio.core.spec import PipelineSpec, check_options
-from aisio.core.stages import SKIPPED, is_kept
+from aisio.core.pipeline.loop import ResumableLoader
+from aisio.core.pipeline.parse import parse_streams
+from aisio.core.pipeline.spec import PipelineSpec, check_options
+from aisio.core.transport.delivery import Failure, Positioned, pack_batch, ship_errors
 from aisio.datapipes.pipeline import documents_pipe_options, shard_names
 from aisio.loaders.nodes_pool import PoolMapper
-from aisio.loaders.ordered import batch_collate, can_pin
 from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
+from aisio.runtime.ordered import batch_collate, can_pin
 
 try:
     import torchdata.nodes as _nodes
@@ -51,13 +51,13 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
 
     Args:
         tasks: the shards to read (e.g. one rank's share of
-            :func:`aisio.core.epoch.epoch_tasks`).
+            :func:`aisio.core.epochs.progress.epoch_tasks`).
         spec: the pipeline's options (endpoint, ETL, shuffle buffer, error policy, ...).
         seed: seeds the sample shuffle buffer.
 
     Its state is how many samples it yielded; ``reset(state)`` reads the tasks again and skips
     them (nodes' same-topology resume). aisio's loaders resume elastically instead, from what
-    the training loop received (:class:`~aisio.core.loop.ResumableLoader`).
+    the training loop received (:class:`~aisio.core.pipeline.loop.ResumableLoader`).
     """
 
     def __init__(self, tasks: Sequence[ShardTask], spec: PipelineSpec, *, seed: int = 0) -> None:
@@ -96,7 +96,7 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
 
 class RoundPacks(_Node or object):  # type: ignore[misc]
     """A node yielding one rank's packs of the deterministic order, chunks per group of
-    rounds, undecoded (:meth:`~aisio.core.ordered.OrderSetup.rounds`): every stream of the
+    rounds, undecoded (:meth:`~aisio.core.order.loader.OrderSetup.rounds`): every stream of the
     rank, read in this process; each ``reset()`` reads the epoch last published."""
 
     def __init__(self, setup: OrderSetup) -> None:

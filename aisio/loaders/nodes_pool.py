@@ -16,8 +16,8 @@ from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from aisio.core.delivery import Failure
-from aisio.core.errors import WorkerDiedError
+from aisio.core.faults.errors import WorkerDiedError
+from aisio.core.transport.delivery import Failure
 from aisio.runtime.workers import EndsWithParent, widen_pipe
 
 try:
@@ -98,7 +98,7 @@ class PoolMapper(_Node):
 
     def next(self) -> Any:
         """Returns the next result; a pool process that died ends the epoch as a
-        :class:`~aisio.core.delivery.Failure` of :class:`~aisio.WorkerDiedError` (an item,
+        :class:`~aisio.core.transport.delivery.Failure` of :class:`~aisio.WorkerDiedError` (an item,
         not an exception: nodes' prefetch thread would rebuild it from its message)."""
         try:
             return self._next()

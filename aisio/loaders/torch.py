@@ -3,8 +3,9 @@
 The pipeline is the DataPipes one (:func:`aisio.datapipes.pipeline.epoch_pipe`): torch's
 DataLoader applies its ``sharding_filter`` per worker and per rank itself. One DataLoader serves
 every epoch, its workers persistent (``persistent_workers=True``): each epoch, and each resumed
-state, reaches them through an :class:`~aisio.core.plan.EpochPlan` published before its
-``iter()``. The wrapper (:class:`~aisio.core.loop.ResumableLoader`) unpacks what arrives and can
+state, reaches them through an :class:`~aisio.core.epochs.plan.EpochPlan` published before its
+``iter()``. The wrapper (:class:`~aisio.core.pipeline.loop.ResumableLoader`) unpacks what arrives
+and can
 resume mid-epoch on any number of workers and ranks.
 """
 
@@ -19,21 +20,21 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from aisio.core.delivery import Delivery
-from aisio.core.errors import ConfigError, LoaderUnavailableError
-from aisio.core.loop import ResumableLoader
-from aisio.core.ordered import (
+from aisio.core.epochs.plan import EpochPlan
+from aisio.core.faults.errors import ConfigError, LoaderUnavailableError
+from aisio.core.order.loader import (
     OrderedLoader,
     OrderSetup,
     check_ordered_options,
     is_deterministic,
     refuse_streams,
 )
-from aisio.core.plan import EpochPlan
-from aisio.core.spec import PipelineSpec, check_options
+from aisio.core.pipeline.loop import ResumableLoader
+from aisio.core.pipeline.spec import PipelineSpec, check_options
+from aisio.core.transport.delivery import Delivery
 from aisio.datapipes.pipeline import documents_pipe_options, epoch_pipe, shard_names
-from aisio.loaders.ordered import OrderedStreams, batch_collate, can_pin
 from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
+from aisio.runtime.ordered import OrderedStreams, batch_collate, can_pin
 from aisio.runtime.workers import widen_pipe, worker_init_fn
 
 #: DataLoader's options these loaders pass through (``drop_last`` is the pipeline's: batches

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from aisio.core.epoch import merge_states, shard_list_id
-from aisio.core.errors import ClusterError
-from aisio.core.order import merge_order_states
+from aisio.core.epochs.progress import merge_states, shard_list_id
+from aisio.core.faults.errors import ClusterError
+from aisio.core.order.streams import merge_order_states
 
 
 def initialized() -> bool:

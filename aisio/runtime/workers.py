@@ -35,7 +35,7 @@ try:
 except ImportError:  # not on Windows
     fcntl = None  # type: ignore[assignment]
 
-from aisio.core.processes import pid_alive
+from aisio.core.system.processes import pid_alive
 
 _PR_SET_PDEATHSIG = 1
 #: How often the watching thread checks that the training process is still there (seconds).

@@ -20,19 +20,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NoReturn
 
-from aisio.core.config import AISConfig
-from aisio.core.errors import AISIOError, ConfigError
+from aisio.core.faults.errors import AISIOError
+from aisio.core.store.config import AISConfig
 from aisio.playground import Playground, build_node, default_playground_dir
+from aisio.tools.args import endpoint_config, positive
 from aisio.tools.display import Progress, human_bytes, text_table
 
 if TYPE_CHECKING:
-    from aisio.core.client import ObjectReader
+    from aisio.core.store.client import ObjectReader
     from aisio.tools.preview import Samples
 
-_NO_ENDPOINT = (
-    "no AIStore endpoint: pass --endpoint http://host:port or set AIS_ENDPOINT; for a local "
-    'cluster run: eval "$(aisio playground up)"'
-)
 _CHUNK = 1 << 20
 
 
@@ -47,28 +44,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"aisio: error: {message} (see `{self.prog} --help`)\n")
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def _config(args: argparse.Namespace) -> AISConfig:
-    config = AISConfig.from_env(endpoint=args.endpoint)
-    if not config.endpoint:
-        raise ConfigError(_NO_ENDPOINT)
-    return config
-
-
 # ---- commands ---------------------------------------------------------------------------------
 def _ls(args: argparse.Namespace) -> int:
     from aisio.tools.explore import Listing, list_buckets, ls
 
-    config = _config(args)
+    config = endpoint_config(args)
     if not args.sources:
         for name in list_buckets(config=config):
             print(name)
@@ -95,7 +75,7 @@ def _ls(args: argparse.Namespace) -> int:
 def _stat(args: argparse.Namespace) -> int:
     from aisio.tools.explore import stat
 
-    props = stat(args.object, config=_config(args))
+    props = stat(args.object, config=endpoint_config(args))
     if args.json:
         doc: dict[str, object] = {**props, "name": args.object}
         if props.get("size", "").isdigit():
@@ -117,13 +97,13 @@ def _stat(args: argparse.Namespace) -> int:
 
 def _open(args: argparse.Namespace) -> ObjectReader:
     """Returns a stream over the object ``args`` names (errors before any byte is written)."""
-    from aisio.core.client import client_for
-    from aisio.core.etl import read_url
-    from aisio.core.sources import explained, one_object
-    from aisio.core.urls import to_etl
+    from aisio.core.store.client import client_for
+    from aisio.core.store.etl import read_url
+    from aisio.core.store.sources import explained, one_object
+    from aisio.core.store.urls import to_etl
 
     path = one_object(args.object)
-    client = client_for(_config(args))
+    client = client_for(endpoint_config(args))
     etl = to_etl(args.etl)
     return explained(client, path, lambda: client.open(read_url(client.endpoint, path, etl),
                                                        name=path.uri(), etl=etl))
@@ -176,7 +156,7 @@ def _cat(args: argparse.Namespace) -> int:
 def _head(args: argparse.Namespace) -> int:
     from aisio.tools.preview import dumps, head
 
-    views = head(args.shard, args.n, config=_config(args), etl=args.etl)
+    views = head(args.shard, args.n, config=endpoint_config(args), etl=args.etl)
     if args.json:
         print(dumps(views))
     else:
@@ -201,7 +181,7 @@ def _preview(args: argparse.Namespace) -> int:
     from aisio.tools.preview import head
 
     image_format(args.output)  # refuse an extension no image format has before any read
-    views = head(args.shard, args.n, config=_config(args), etl=args.etl)
+    views = head(args.shard, args.n, config=endpoint_config(args), etl=args.etl)
     fields = args.field or None
     if not any(v.image_fields() for v in views) and fields is None:
         found = sorted({f for v in views for f in v.fields})
@@ -326,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "none: list the buckets")
     p.add_argument("-l", "--long", action="store_true", help="add version, checksum, atime")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--limit", type=_positive, help="stop after N objects")
+    p.add_argument("--limit", type=positive, help="stop after N objects")
     p.set_defaults(func=_ls)
 
     p = add("stat", "show an object's properties")
@@ -346,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("head", "show the first samples of a shard: keys, fields and sizes")
     p.add_argument("shard", help="ais://bucket/shard.tar")
-    p.add_argument("-n", type=_positive, default=5, help="samples (default 5)")
+    p.add_argument("-n", type=positive, default=5, help="samples (default 5)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--etl", help="read the shard through this ETL")
     p.set_defaults(func=_head)
@@ -356,11 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="preview.png",
                    help="image file; its extension picks the format: .png, .jpg, .webp, ... "
                    "(default %(default)s)")
-    p.add_argument("-n", type=_positive, default=16, help="samples (default 16)")
+    p.add_argument("-n", type=positive, default=16, help="samples (default 16)")
     p.add_argument("--field", action="append", help="image field(s) to draw (default: all)")
     p.add_argument("--label", help="label field (default: cls, class, label or txt)")
-    p.add_argument("--cols", type=_positive, help="images per row (default up to 8)")
-    p.add_argument("--dpi", type=_positive, default=100,
+    p.add_argument("--cols", type=positive, help="images per row (default up to 8)")
+    p.add_argument("--dpi", type=positive, default=100,
                    help="resolution: cells of 2 x DPI pixels (default 100)")
     p.add_argument("--etl", help="read the shard through this ETL")
     p.set_defaults(func=_preview)
@@ -376,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="build the node if needed, start the cluster, print `export AIS_ENDPOINT=...` "
         '(use: eval "$(aisio playground up)")',
     )
-    up.add_argument("--targets", type=_positive, default=1, help="storage targets (default 1)")
+    up.add_argument("--targets", type=positive, default=1, help="storage targets (default 1)")
     up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for readiness")
     down = pg_sub.add_parser("down", help="stop the cluster")
     down.add_argument("--wipe", action="store_true", help="also delete its data and logs")

@@ -13,17 +13,17 @@ import argparse
 import io
 from typing import Any
 
-from aisio.core.config import AISConfig
-from aisio.core.errors import AISIOError
-from aisio.core.etl import all_local_etls, is_loopback, local_etls
-from aisio.core.translate import error_from_exception
-from aisio.core.urls import ETL
+from aisio.core.faults.errors import AISIOError
+from aisio.core.store.config import AISConfig
+from aisio.core.store.etl import all_local_etls, is_loopback, local_etls
+from aisio.core.store.translate import error_from_exception
+from aisio.core.store.urls import ETL
+from aisio.tools.args import endpoint_config, positive
 from aisio.tools.display import human_bytes, text_table
 
 
 def add_etl_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     """Adds ``aisio etl ...`` to the ``aisio`` command's subparsers."""
-    from aisio.tools.cli import _positive
 
     etl = sub.add_parser("etl", help="run an AIStore SDK ETL class locally or on the cluster; "
                          "list, stop, show", description=__doc__.splitlines()[0])
@@ -48,15 +48,14 @@ def add_etl_commands(sub: Any, common: argparse.ArgumentParser) -> None:
                               help="the first samples of a shard, original beside transformed")
     show.add_argument("name", help="the ETL's name")
     show.add_argument("shard", help="ais://bucket/shard.tar")
-    show.add_argument("-n", type=_positive, default=5, help="samples (default 5)")
+    show.add_argument("-n", type=positive, default=5, help="samples (default 5)")
     show.add_argument("--args", dest="etl_args", help="etl_args to pass to the transform")
     etl.set_defaults(func=_etl)
 
 
 def _etl(args: argparse.Namespace) -> int:
-    from aisio.tools.cli import _config
 
-    config = _config(args)
+    config = endpoint_config(args)
     assert config.endpoint
     return {"init": _init, "ls": _ls, "stop": _stop, "show": _show}[args.action](args, config)
 

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aisio.core.client import Client, client_for
-from aisio.core.config import AISConfig, resolve_config
-from aisio.core.sources import expand, explained, one_object, resolve_one
-from aisio.core.urls import SCHEMES, Bucket
+from aisio.core.store.client import Client, client_for
+from aisio.core.store.config import AISConfig, resolve_config
+from aisio.core.store.sources import expand, explained, one_object, resolve_one
+from aisio.core.store.urls import SCHEMES, Bucket
 from aisio.tools.display import html_table, human_bytes, human_count, plural, text_table
 
 #: Extensions counted as shards in :class:`BucketSummary` (the rest are plain objects).

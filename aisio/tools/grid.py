@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aisio.core.errors import ConfigError
+from aisio.core.faults.errors import ConfigError
 
 if TYPE_CHECKING:
     from PIL.Image import Image

@@ -14,13 +14,14 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aisio.core.config import AISConfig, resolve_config
-from aisio.core.decode import IMAGE_EXTENSIONS, _extension, field_names
-from aisio.core.errors import ConfigError, DataError, DecodeError
-from aisio.core.fetch import ErrorPolicy, Fetcher
-from aisio.core.parse import parse_streams
-from aisio.core.sources import ObjectRef, one_object
-from aisio.core.urls import ETL, to_etl
+from aisio.core.faults.errors import ConfigError, DataError, DecodeError
+from aisio.core.faults.policy import ErrorPolicy
+from aisio.core.format.decode import IMAGE_EXTENSIONS, _extension, field_names
+from aisio.core.pipeline.fetch import Fetcher
+from aisio.core.pipeline.parse import parse_streams
+from aisio.core.store.config import AISConfig, resolve_config
+from aisio.core.store.sources import ObjectRef, one_object
+from aisio.core.store.urls import ETL, to_etl
 from aisio.tools.display import escape, html_table, human_bytes, thumbnail_uri
 
 if TYPE_CHECKING:
@@ -63,7 +64,8 @@ class SampleView:
 
     @classmethod
     def of(cls, sample: dict[str, Any]) -> SampleView:
-        """Returns the view of a sample dict as :func:`aisio.core.samples.group_samples` yields."""
+        """Returns the view of a sample dict as :func:`aisio.core.format.samples.group_samples`
+        yields."""
         fields = {k: v for k, v in sample.items() if not k.startswith("__")}
         return cls(str(sample.get("__key__", "")), str(sample.get("__url__", "")), fields)
 

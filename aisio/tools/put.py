@@ -5,7 +5,7 @@ threads. An object already there with the same size and checksum is skipped, so 
 was interrupted is finished by running it again; AIStore writes each object whole, so a
 broken upload leaves no half object behind.
 
-Names follow the rule of :mod:`aisio.core.sources`: a destination ending in ``/`` (or a bare
+Names follow the rule of :mod:`aisio.core.store.sources`: a destination ending in ``/`` (or a bare
 bucket) is a prefix, and each file lands under it (a folder's files keep their paths relative
 to the folder); a destination without ``/`` names one object, for one file.
 """
@@ -24,11 +24,12 @@ from typing import Any
 
 import xxhash
 
-from aisio.core.client import Client, client_for
-from aisio.core.config import AISConfig, resolve_config
-from aisio.core.errors import BucketNotFoundError, InvalidURLError
-from aisio.core.sources import resolve_one
-from aisio.core.urls import AISPath
+from aisio.core.faults.errors import BucketNotFoundError, InvalidURLError
+from aisio.core.store.client import Client, client_for
+from aisio.core.store.config import AISConfig, resolve_config
+from aisio.core.store.sources import resolve_one
+from aisio.core.store.urls import AISPath
+from aisio.tools.args import endpoint_config, positive
 
 #: Parallel uploads unless ``jobs=`` says otherwise.
 DEFAULT_JOBS = 8
@@ -192,7 +193,6 @@ def put(sources: Sequence[str | Path], dest: str, *, endpoint: str | None = None
 
 # ---- the command -----------------------------------------------------------------------------
 def _run(args: argparse.Namespace) -> int:
-    from aisio.tools.cli import _config
     from aisio.tools.display import Progress, human_bytes, plural
 
     bar: list[Progress] = []
@@ -204,7 +204,7 @@ def _run(args: argparse.Namespace) -> int:
         bar.append(Progress("put", total=sum(u.size for u in todo)))
 
     try:
-        result = put(args.sources, args.dest, config=_config(args), jobs=args.jobs,
+        result = put(args.sources, args.dest, config=endpoint_config(args), jobs=args.jobs,
                      force=args.force, on_bytes=lambda n: bar[0].update(n), on_plan=start)
     finally:
         if bar:
@@ -218,7 +218,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_command(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
     """Registers ``aisio put`` with the command's parser (``add(name, help)`` makes one)."""
-    from aisio.tools.cli import _positive
 
     p = add("put", "upload files, folders and shards into a bucket, in parallel; objects "
                    "already there (same size and checksum) are skipped, so a rerun resumes")
@@ -226,7 +225,7 @@ def add_command(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
     p.add_argument("dest", metavar="DEST",
                    help="ais://bucket/prefix/ (ending in '/': each file under it, a folder's "
                    "by relative path) or ais://bucket/name for one file")
-    p.add_argument("-j", "--jobs", type=_positive, default=DEFAULT_JOBS,
+    p.add_argument("-j", "--jobs", type=positive, default=DEFAULT_JOBS,
                    help="uploads in parallel (default %(default)s)")
     p.add_argument("--force", action="store_true",
                    help="upload even files already there with the same size and checksum")

@@ -22,7 +22,7 @@ from typing import Any
 
 import requests
 
-from aisio.core.urls import AISPath, Bucket, object_url
+from aisio.core.store.urls import AISPath, Bucket, object_url
 from aisio.datapipes.pipeline import webdataset_pipe
 from aisio.datapipes.pipes import AISFileLister, AISFileLoader, AISSourceLister, WebDatasetParser
 from benchmarks.suite.job import Arm, Counts, Job, LoaderPass, MiB, Pass

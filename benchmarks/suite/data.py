@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from aisio.core.client import Client
-from aisio.core.urls import AISPath, Bucket
+from aisio.core.store.client import Client
+from aisio.core.store.urls import AISPath, Bucket
 
 MiB = 1 << 20
 _POOL_BYTES = 8 * MiB

@@ -60,9 +60,9 @@ def upload(endpoint: str, bucket: str, shards: int, samples: int, side: int) -> 
     import webdataset as wds
     from PIL import Image
 
-    from aisio.core.client import client_for
-    from aisio.core.config import AISConfig
-    from aisio.core.urls import AISPath, Bucket
+    from aisio.core.store.client import client_for
+    from aisio.core.store.config import AISConfig
+    from aisio.core.store.urls import AISPath, Bucket
 
     client = client_for(AISConfig(endpoint=endpoint))
     client.create_bucket(Bucket(bucket))
@@ -123,9 +123,9 @@ def run(endpoint: str, *, shards: int, samples: int, side: int, size: int,
         rounds: int) -> dict[str, dict[str, float]]:
     """Runs every arm ``rounds`` times, rotating their order; returns median rates per arm."""
     from aisio import localetl
-    from aisio.core.client import client_for
-    from aisio.core.config import AISConfig
-    from aisio.core.urls import Bucket
+    from aisio.core.store.client import client_for
+    from aisio.core.store.config import AISConfig
+    from aisio.core.store.urls import Bucket
 
     bucket = f"aisio-bench-etl-{uuid.uuid4().hex[:8]}"
     template, total = upload(endpoint, bucket, shards, samples, side)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from aisio.core.urls import AISPath, Bucket, object_url
+from aisio.core.store.urls import AISPath, Bucket, object_url
 
 MiB = 1 << 20
 Counts = tuple[int, int]

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import aisio
+from aisio.core.pipeline.stages import SampleStage
 from aisio.datapipes.pipeline import webdataset_pipe
 from benchmarks.suite.job import Arm, Job, LoaderPass, Pass
 
@@ -147,8 +148,8 @@ def _nodes_loader(names: list[str], options: dict[str, Any], workers: int) -> An
 
     batch_size, collate = options.pop("batch_size"), options.pop("collate", True)
     decode, fields = options.pop("decode", None), options.pop("tuple_fields", None)
-    stage = _BatchStage(aisio.core.stages.SampleStage(aisio.Decoder(decode) if decode else None,
-                                                      fields), default_collate if collate else None)
+    sample_stage = SampleStage(aisio.Decoder(decode) if decode else None, fields)
+    stage = _BatchStage(sample_stage, default_collate if collate else None)
     node: Any = Batcher(IterableWrapper(webdataset_pipe(names, **options)), batch_size,
                         drop_last=False)
     node = ParallelMapper(node, stage, num_workers=workers) if workers else Mapper(node, stage)

@@ -30,10 +30,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from aisio.core.client import client_for
-from aisio.core.config import AISConfig
-from aisio.core.errors import AISIOError
-from aisio.core.urls import Bucket
+from aisio.core.faults.errors import AISIOError
+from aisio.core.store.client import client_for
+from aisio.core.store.config import AISConfig
+from aisio.core.store.urls import Bucket
 from benchmarks.suite.data import Uploader
 from benchmarks.suite.machine import aistore_version, machine_info
 from benchmarks.suite.report import markdown, plot, targets, write_json

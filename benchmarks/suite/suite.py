@@ -17,8 +17,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from aisio.core.config import AISConfig
-from aisio.core.urls import Bucket
+from aisio.core.store.config import AISConfig
+from aisio.core.store.urls import Bucket
 from benchmarks.suite.arms import ARMS, Job
 from benchmarks.suite.data import TAR_OVERHEAD, Dataset, Uploader
 from benchmarks.suite.keepup import KeepUpJob, run_keepup

@@ -8,7 +8,7 @@ DataLoader2 (``--loader dl2``, torchdata <= 0.9); the training process unpacks e
 * ``pickle``: the payload pickled through the worker's queue (aisio's shared-memory transport
   switched off, as before it existed);
 * ``shm``: the payload through aisio's ring of reused shared-memory slots
-  (:mod:`aisio.core.transport`).
+  (:mod:`aisio.core.transport.ring`).
 
 Run: ``.venv/bin/python -m benchmarks.suite.transport`` (prints MB/s per arm and the ratio).
 
@@ -32,8 +32,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from aisio.core import transport
-from aisio.core.delivery import Delivery
+from aisio.core.transport import ring
+from aisio.core.transport.delivery import Delivery
 
 
 class Prepared(IterableDataset):
@@ -43,7 +43,7 @@ class Prepared(IterableDataset):
         self.count, self.batch, self.member, self.kind, self.shm = count, batch, member, kind, shm
 
     def __iter__(self) -> Iterator[Delivery]:
-        transport.ENABLED = self.shm  # this is the worker process
+        ring.ENABLED = self.shm  # this is the worker process
         if self.kind == "bytes":
             value: Any = [os.urandom(16) + bytes(self.member - 16) for _ in range(self.batch)]
         else:
@@ -117,9 +117,9 @@ def _upload(endpoint: str, shards: int, per_shard: int, member: int) -> list[str
     import io
     import tarfile
 
-    from aisio.core.client import Client
-    from aisio.core.config import AISConfig
-    from aisio.core.urls import AISPath, Bucket
+    from aisio.core.store.client import Client
+    from aisio.core.store.config import AISConfig
+    from aisio.core.store.urls import AISPath, Bucket
 
     client = Client(AISConfig(endpoint=endpoint))
     bucket = Bucket("aisio-transport-bench")

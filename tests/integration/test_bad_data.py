@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 import aisio
-from aisio.core.client import Client
-from aisio.core.urls import AISPath, Bucket
+from aisio.core.store.client import Client
+from aisio.core.store.urls import AISPath, Bucket
 from tests.conftest import LOADERS, default_loader, tar_bytes, write_shards
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import aisio
-from aisio.core.client import Client
-from aisio.core.urls import AISPath, Bucket, bucket_url
+from aisio.core.store.client import Client
+from aisio.core.store.urls import AISPath, Bucket, bucket_url
 from tests.conftest import tar_bytes
 from tests.faultproxy import fault_proxy
 

@@ -13,8 +13,8 @@ import pytest
 import webdataset as wds
 from PIL import Image
 
-from aisio.core.client import Client
-from aisio.core.urls import AISPath, Bucket
+from aisio.core.store.client import Client
+from aisio.core.store.urls import AISPath, Bucket
 from aisio.tools.cli import main
 
 PAGE = ("<!DOCTYPE html>\n<html>\n<head>\n<title>Not Found</title>\n</head>\n<body>\n"

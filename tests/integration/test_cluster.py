@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from aisio import BucketNotFoundError, ObjectNotFoundError
-from aisio.core.client import Client
-from aisio.core.urls import AISPath, Bucket
+from aisio.core.store.client import Client
+from aisio.core.store.urls import AISPath, Bucket
 
 
 def test_cluster_is_ready(ais_endpoint: str) -> None:
@@ -42,7 +42,7 @@ def test_missing_bucket_and_object_are_404(ais_client: Client, bucket: Bucket) -
 
 def test_three_targets(tmp_path: Path) -> None:
     from aisio import AISConfig, AISFileLoader
-    from aisio.core.client import client_for
+    from aisio.core.store.client import client_for
     from aisio.playground import Playground
 
     playground = Playground(tmp_path / "pg3", ntargets=3)

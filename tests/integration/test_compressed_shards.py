@@ -13,8 +13,8 @@ import pytest
 import webdataset as wds
 
 import aisio
-from aisio.core.client import Client
-from aisio.core.urls import AISPath, Bucket
+from aisio.core.store.client import Client
+from aisio.core.store.urls import AISPath, Bucket
 from tests.conftest import sample_keys
 from tests.faultproxy import fault_proxy
 

@@ -20,8 +20,8 @@ from aisio import (
     InvalidURLError,
     ObjectNotFoundError,
 )
-from aisio.core.client import Client
-from aisio.core.urls import AISPath, Bucket
+from aisio.core.store.client import Client
+from aisio.core.store.urls import AISPath, Bucket
 from aisio.datapipes.base import IterableWrapper
 
 ODD_NAMES = ["with space.bin", "ünïcödé/ß.bin", "q?mark.bin", "hash#tag.bin", "pct%41.bin",

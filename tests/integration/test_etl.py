@@ -17,9 +17,9 @@ from PIL import Image
 
 import aisio
 from aisio import localetl
-from aisio.core.client import Client
-from aisio.core.etl import LocalETL, local_etls, read_url, registry_file, server_alive
-from aisio.core.urls import AISPath, Bucket
+from aisio.core.store.client import Client
+from aisio.core.store.etl import LocalETL, local_etls, read_url, registry_file, server_alive
+from aisio.core.store.urls import AISPath, Bucket
 from aisio.playground import Playground
 from aisio.tools.cli import main as cli
 from tests.conftest import LOADERS, default_loader, sample_keys

@@ -21,9 +21,9 @@ import pytest
 from sklearn.datasets import load_sample_images
 
 import aisio
-from aisio.core.client import Client
-from aisio.core.etl import local_etls
-from aisio.core.urls import Bucket, parse_ais_url
+from aisio.core.store.client import Client
+from aisio.core.store.etl import local_etls
+from aisio.core.store.urls import Bucket, parse_ais_url
 from aisio.tools.explore import ls
 from tests.conftest import HAS_DATALOADER2, needs_dataloader2
 

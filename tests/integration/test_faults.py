@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import aisio
-from aisio.core.client import Client, client_for
-from aisio.core.urls import AISPath, Bucket, bucket_url, object_url
+from aisio.core.store.client import Client, client_for
+from aisio.core.store.urls import AISPath, Bucket, bucket_url, object_url
 from aisio.playground import Playground
 from tests.conftest import write_shards
 from tests.integration._recording_proxy import RecordingProxy

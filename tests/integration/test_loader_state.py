@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import aisio
-from aisio.core.client import Client
-from aisio.core.urls import Bucket, bucket_url
+from aisio.core.store.client import Client
+from aisio.core.store.urls import Bucket, bucket_url
 from tests.conftest import LOADERS, needs_dataloader2, write_shards
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import aisio
-from aisio.core.client import Client
-from aisio.core.urls import Bucket
+from aisio.core.store.client import Client
+from aisio.core.store.urls import Bucket
 from tests.conftest import LOADERS, needs_dataloader2, write_shards
 
 OPTIONS = {"shuffle_buffer": 16, "tuple_fields": ("__key__", "cls"), "batch_size": 4}

@@ -13,8 +13,8 @@ import webdataset as wds
 from PIL import Image
 
 import aisio
-from aisio.core.client import Client
-from aisio.core.urls import AISPath, Bucket
+from aisio.core.store.client import Client
+from aisio.core.store.urls import AISPath, Bucket
 from tests.conftest import LOADERS, default_loader, needs_dataloader2, tar_bytes
 
 

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aisio
-from aisio.core.client import Client
-from aisio.core.urls import Bucket
+from aisio.core.store.client import Client
+from aisio.core.store.urls import Bucket
 from tests.conftest import LOADERS, write_shards
 
 OPTS: dict[str, Any] = dict(order="deterministic", streams=4, batch_size=8, shuffle_buffer=6,

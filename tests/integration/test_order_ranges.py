@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from aisio.core.client import Client
-from aisio.core.config import AISConfig
-from aisio.core.fetch import Fetcher
-from aisio.core.order import OrderPlan, merge_order_states
-from aisio.core.order_loop import Reorderer
-from aisio.core.order_reader import reader_rounds
-from aisio.core.sources import objects, resolve_one
-from aisio.core.urls import Bucket
+from aisio.core.order.reader import reader_rounds
+from aisio.core.order.reorder import Reorderer
+from aisio.core.order.streams import OrderPlan, merge_order_states
+from aisio.core.pipeline.fetch import Fetcher
+from aisio.core.store.client import Client
+from aisio.core.store.config import AISConfig
+from aisio.core.store.sources import objects, resolve_one
+from aisio.core.store.urls import Bucket
 from tests.conftest import write_shards
 from tests.integration._recording_proxy import RecordingProxy
 

@@ -15,9 +15,9 @@ import torch
 import webdataset as wds
 
 import aisio
-from aisio.core.client import Client
-from aisio.core.urls import AISPath, Bucket
-from aisio.playground import free_port
+from aisio.core.store.client import Client
+from aisio.core.store.urls import AISPath, Bucket
+from aisio.core.system.ports import free_port
 from tests.conftest import needs_dataloader2, sample_keys, write_shards
 from tests.faultproxy import fault_proxy
 

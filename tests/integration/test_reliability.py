@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import aisio
-from aisio.core.client import Client, client_for
-from aisio.core.urls import AISPath, Bucket, object_url
+from aisio.core.store.client import Client, client_for
+from aisio.core.store.urls import AISPath, Bucket, object_url
 from tests.conftest import default_loader, sample_keys, write_shards
 from tests.faultproxy import fault_proxy
 
@@ -84,7 +84,7 @@ def test_retries_run_out_with_a_typed_error(ais_endpoint: str, bucket: Bucket) -
 
 
 def test_unreachable_cluster_is_a_connection_error() -> None:
-    from aisio.playground import free_port
+    from aisio.core.system.ports import free_port
 
     client = client_for(aisio.AISConfig(endpoint=f"http://127.0.0.1:{free_port()}",
                                         max_retries=1, backoff=0.01))

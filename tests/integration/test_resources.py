@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import aisio
-from aisio.core.client import Client
-from aisio.core.urls import Bucket
+from aisio.core.store.client import Client
+from aisio.core.store.urls import Bucket
 from tests.conftest import default_loader, write_shards
 
 

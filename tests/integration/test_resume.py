@@ -33,9 +33,9 @@ from typing import Any
 
 import pytest
 
-from aisio.core.client import Client
-from aisio.core.urls import AISPath, Bucket
-from aisio.playground import free_port
+from aisio.core.store.client import Client
+from aisio.core.store.urls import AISPath, Bucket
+from aisio.core.system.ports import free_port
 from tests.conftest import write_shards
 from tests.integration._recording_proxy import RecordingProxy
 

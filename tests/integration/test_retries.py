@@ -2,7 +2,7 @@
 retried; delays grow exponentially with full jitter; a (re)forming cluster is waited for 90 s
 whatever ``max_retries`` says; other 400s are final.
 
-Delays and the 90 s budget run on a fake clock (``time`` in :mod:`aisio.core.client`): every
+Delays and the 90 s budget run on a fake clock (``time`` in :mod:`aisio.core.store.client`): every
 request is real, no test waits for them."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import random
 import pytest
 
 import aisio
-from aisio.core import client as client_module
-from aisio.core.client import FORMING_WAIT, Client, client_for
-from aisio.core.urls import AISPath, Bucket
+from aisio.core.store import client as client_module
+from aisio.core.store.client import FORMING_WAIT, Client, client_for
+from aisio.core.store.urls import AISPath, Bucket
 from tests.faultproxy import fault_proxy
 
 
 class FakeClock:
-    """``time`` for aisio.core.client: ``sleep`` advances ``monotonic`` and is recorded."""
+    """``time`` for aisio.core.store.client: ``sleep`` advances ``monotonic`` and is recorded."""
 
     def __init__(self) -> None:
         self.now = 1000.0

@@ -21,8 +21,8 @@ from typing import NamedTuple
 import pytest
 
 import aisio
-from aisio.core.client import Client, client_for
-from aisio.core.urls import AISPath, Bucket, object_url
+from aisio.core.store.client import Client, client_for
+from aisio.core.store.urls import AISPath, Bucket, object_url
 from tests.conftest import tar_bytes
 from tests.faultproxy import fault_proxy
 from tests.integration._recording_proxy import RecordingProxy

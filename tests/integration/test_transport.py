@@ -20,10 +20,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from aisio.core import transport
-from aisio.core.client import Client
-from aisio.core.delivery import Delivery
-from aisio.core.urls import Bucket
+from aisio.core.store.client import Client
+from aisio.core.store.urls import Bucket
+from aisio.core.transport import ring
+from aisio.core.transport.delivery import Delivery
 from aisio.runtime.workers import pipe_size
 from tests.conftest import LOADERS, needs_dataloader2, write_shards
 from tests.integration.test_workers import _iterate_in_thread
@@ -86,23 +86,23 @@ def test_deliveries_arrive_equal_through_shared_memory_and_leave_nothing() -> No
     it = iter(loader)
     worker = it._workers[0].pid  # type: ignore[attr-defined]
     for step, item in enumerate(it):
-        shipped += type(item.value) is transport.Shipped
+        shipped += type(item.value) is ring.Shipped
         assert same(item.unpack(), batch(step)), step
     assert shipped == 40
     del it, item
-    transport.forget()
+    ring.forget()
     gc.collect()
     assert not _mapped_from(worker) and not _shm_files(worker, os.getpid())
 
 
 def test_a_full_ring_falls_back_to_pickling(monkeypatch: pytest.MonkeyPatch) -> None:
     """With one slot and 4 deliveries in flight, most are pickled; all arrive equal, in order."""
-    monkeypatch.setattr(transport, "SLOTS", 1)
+    monkeypatch.setattr(ring, "SLOTS", 1)
     loader = DataLoader(Prepared(24), batch_size=None, num_workers=1, prefetch_factor=4,
                         collate_fn=_as_is)
     kinds = []
     for step, item in enumerate(loader):
-        kinds.append(type(item.value) is transport.Shipped)
+        kinds.append(type(item.value) is ring.Shipped)
         time.sleep(0.01)  # a slow step: the worker runs ahead and finds the slot in flight
         assert same(item.unpack(), batch(step)), step
     assert any(kinds) and not all(kinds), kinds
@@ -111,7 +111,7 @@ def test_a_full_ring_falls_back_to_pickling(monkeypatch: pytest.MonkeyPatch) -> 
 KILL_WORKER = """
 import gc, json, os, signal, time
 from torch.utils.data import DataLoader
-from aisio.core import transport
+from aisio.core.transport import ring
 from tests.integration.test_transport import Prepared, _as_is, _mapped_from, batch, same
 loader = DataLoader(Prepared(1000), batch_size=None, num_workers=1, prefetch_factor=4,
                     collate_fn=_as_is)
@@ -128,7 +128,7 @@ try:
 except RuntimeError as exc:
     error = str(exc)
 del it, item  # (small tensors cross in torch's own shared memory, held by the items)
-transport.forget()
+ring.forget()
 gc.collect()
 print(json.dumps({"worker": worker, "error": error, "delivered": delivered,
                   "mapped": _mapped_from(worker)}), flush=True)
@@ -228,8 +228,8 @@ def test_every_loader_delivers_large_samples_equal(name: str, order: str, ais_en
     if name == "nodes":
         options["method"] = "process"
     opened = []
-    real_open = transport.Shipped.open
-    monkeypatch.setattr(transport.Shipped, "open",
+    real_open = ring.Shipped.open
+    monkeypatch.setattr(ring.Shipped, "open",
                         lambda self, **kw: opened.append(1) or real_open(self, **kw))
     got: dict[int, dict[str, bytes]] = {}
     for workers in (0, 1):
@@ -259,8 +259,8 @@ def test_a_killed_dataloader2_worker_is_named_with_batches_in_shared_memory(
                                      batch_size=16, collate=False)
     killed: list[int] = []
     shipped: list[bool] = []
-    real_open = transport.Shipped.open
-    monkeypatch.setattr(transport.Shipped, "open",
+    real_open = ring.Shipped.open
+    monkeypatch.setattr(ring.Shipped, "open",
                         lambda self, **kw: shipped.append(True) or real_open(self, **kw))
 
     def on_item(i: int) -> None:
@@ -275,7 +275,7 @@ def test_a_killed_dataloader2_worker_is_named_with_batches_in_shared_memory(
     finally:
         loader.shutdown()
     assert shipped, "no batch came through shared memory"
-    assert isinstance(error, aisio.core.errors.WorkerDiedError), repr(error)
+    assert isinstance(error, aisio.core.faults.errors.WorkerDiedError), repr(error)
     assert "SIGKILL" in str(error) and error.pid == killed[0]
     gc.collect()
     assert not _mapped_from(killed[0]) and not _shm_files(killed[0])

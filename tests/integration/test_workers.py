@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 import aisio
-from aisio.core.client import Client
-from aisio.core.urls import AISPath, Bucket
+from aisio.core.store.client import Client
+from aisio.core.store.urls import AISPath, Bucket
 from tests.conftest import LOADERS, default_loader, needs_dataloader2, tar_bytes, write_shards
 from tests.faultproxy import fault_proxy
 
@@ -78,7 +78,7 @@ def test_a_killed_worker_raises_naming_worker_and_signal(ais_endpoint: str,
         started = time.monotonic()
         loader.shutdown()
         assert time.monotonic() - started < 5
-    assert isinstance(error, aisio.core.errors.WorkerDiedError), repr(error)
+    assert isinstance(error, aisio.core.faults.errors.WorkerDiedError), repr(error)
     assert "worker process 1" in str(error) and "SIGKILL" in str(error)
     assert error.pid == killed[0] and error.exitcode == -signal.SIGKILL
 
@@ -221,10 +221,10 @@ def test_a_worker_error_arrives_intact(name: str, ais_endpoint: str, ais_client:
     assert str(error).startswith(f"shard {shard}")
     assert "Caught" not in str(error)
     if name == "nodes":  # read in a thread of this process: the error keeps its own traceback
-        assert "aisio/core/tar.py" in "".join(traceback.format_tb(error.__traceback__))
+        assert "aisio/core/format/tar.py" in "".join(traceback.format_tb(error.__traceback__))
         return
     # from a worker process: the worker's traceback is the error's cause, and a note says so
     cause = error.__cause__
     assert isinstance(cause, aisio.WorkerTraceback), repr(cause)
-    assert "worker process" in str(cause) and "aisio/core/tar.py" in str(cause)
+    assert "worker process" in str(cause) and "aisio/core/format/tar.py" in str(cause)
     assert any("worker process" in note for note in getattr(error, "__notes__", []))

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 import aisio.tools
-from aisio.core.timing import StageTimes
+from aisio.core.system.timing import StageTimes
 
 
 class SlowLoader:
@@ -65,7 +65,7 @@ def test_an_epoch_shorter_than_batches_warns_and_times_what_it_had() -> None:
 
 
 def test_stage_times_reset_leaves_out_what_came_before() -> None:
-    from aisio.core import timing
+    from aisio.core.system import timing
 
     times = StageTimes.temporary()
     timing.add("decode", 1.5, 3)

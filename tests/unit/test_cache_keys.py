@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aisio import ETL, ShardCache
-from aisio.core.urls import AISPath, Bucket, object_url
+from aisio.core.store.urls import AISPath, Bucket, object_url
 
 
 def test_keys_name_object_and_etl_not_host_and_port(tmp_path: Path) -> None:

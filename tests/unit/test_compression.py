@@ -1,4 +1,4 @@
-"""Compressed shards (gzip, bzip2, xz, zstd) and short non-tar objects in aisio.core.tar."""
+"""Compressed shards (gzip, bzip2, xz, zstd) and short non-tar objects in aisio.core.format.tar."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aisio.core.compression import compression_of
-from aisio.core.errors import LoaderUnavailableError, ShardFormatError
-from aisio.core.tar import iter_tar
+from aisio.core.faults.errors import LoaderUnavailableError, ShardFormatError
+from aisio.core.format.compression import compression_of
+from aisio.core.format.tar import iter_tar
 from tests.unit.test_tar import MIXED, ShortReader, make_tar
 
 URL = "ais://bucket/shard.tar.gz"

@@ -9,8 +9,8 @@ from torch.utils.data.graph_settings import get_all_graph_pipes
 
 import aisio
 from aisio import AISConfig, ConfigError, ObjectNotFoundError, ShardFormatError
-from aisio.core.config import resolve_config
-from aisio.core.translate import error_from_exception, error_from_status
+from aisio.core.store.config import resolve_config
+from aisio.core.store.translate import error_from_exception, error_from_status
 
 
 def test_all_is_sorted_and_complete() -> None:
@@ -101,7 +101,7 @@ def test_no_exception_escapes_untranslated() -> None:
     import requests
     import urllib3
 
-    from aisio.core.translate import TRANSIENT_EXCEPTIONS
+    from aisio.core.store.translate import TRANSIENT_EXCEPTIONS
 
     samples = [requests.ConnectionError("x"), requests.Timeout("x"), requests.exceptions.SSLError(
         "x"), urllib3.exceptions.ProtocolError("x"), RuntimeError("x"), OSError("x")]
@@ -120,7 +120,7 @@ def test_no_exception_escapes_untranslated() -> None:
 
 def test_endpoint_is_the_one_name_and_url_its_alias(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIS_ENDPOINT", "http://env:9")  # what a lost argument would fall back to
-    from aisio.core.config import resolve_config
+    from aisio.core.store.config import resolve_config
 
     assert resolve_config(endpoint="http://h:1").endpoint == "http://h:1"
     assert resolve_config("http://h:1").endpoint == "http://h:1"  # url=, positional

@@ -1,4 +1,4 @@
-"""Tests for aisio.core.decode: field decoders, the Decoder class and to_tuple."""
+"""Tests for aisio.core.format.decode: field decoders, the Decoder class and to_tuple."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aisio.core.decode import Decoder, MissingFieldError, to_tuple
-from aisio.core.errors import AISIOError, ConfigError, DecodeError
+from aisio.core.faults.errors import AISIOError, ConfigError, DecodeError
+from aisio.core.format.decode import Decoder, MissingFieldError, to_tuple
 
 PIL_Image = pytest.importorskip("PIL.Image")
 torch = pytest.importorskip("torch")

@@ -1,8 +1,10 @@
-"""Tests for aisio.core.epoch: resumable-epoch bookkeeping, exactly once across any resume.
+"""Tests for aisio.core.epochs.progress: resumable-epoch bookkeeping, exactly once across any
+resume.
 
 The model: shard ``i`` has ``sizes[i]`` samples; sample ``k`` ends at byte :func:`end_of`.
 Readers (rank x worker) take ``tasks[r::R]`` of :func:`epoch_tasks`; each reads its tasks in
-order as :func:`aisio.core.parse.task_samples` does (:func:`read_task`). A rank's training loop
+order as :func:`aisio.core.pipeline.parse.task_samples` does (:func:`read_task`). A rank's training
+loop
 receives its readers' streams interleaved, shuffled through a buffer and batched, and records
 each batch's positions until its cut. The per-rank states are JSON round-tripped, merged and
 resumed on another topology.
@@ -25,8 +27,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from aisio.core.delivery import POSITION, Delivery, Positioned, pack, pack_batch
-from aisio.core.epoch import (
+from aisio.core.epochs.progress import (
     EpochProgress,
     Positions,
     ShardTask,
@@ -36,11 +37,12 @@ from aisio.core.epoch import (
     shuffle_buffer,
     state_size,
 )
-from aisio.core.errors import StateMismatchError
-from aisio.core.parse import task_samples
-from aisio.core.sources import ObjectRef
-from aisio.core.stages import SKIPPED
-from aisio.core.urls import parse_ais_url
+from aisio.core.faults.errors import StateMismatchError
+from aisio.core.faults.policy import SKIPPED
+from aisio.core.pipeline.parse import task_samples
+from aisio.core.store.sources import ObjectRef
+from aisio.core.store.urls import parse_ais_url
+from aisio.core.transport.delivery import POSITION, Delivery, Positioned, pack, pack_batch
 
 Position = tuple[int, int, int, bool]
 

@@ -7,8 +7,8 @@ import warnings
 import pytest
 
 import aisio
-from aisio.core.errors import is_skippable
-from aisio.core.fetch import ErrorPolicy
+from aisio.core.faults.errors import is_skippable
+from aisio.core.faults.policy import ErrorPolicy
 
 FAMILIES = {
     aisio.UsageError: [aisio.InvalidURLError, aisio.ConfigError, aisio.LoaderUnavailableError,

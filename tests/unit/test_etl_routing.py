@@ -1,4 +1,5 @@
-"""Where a read through an ETL goes (aisio.core.etl), and how an ETL server's errors are typed."""
+"""Where a read through an ETL goes (aisio.core.store.etl), and how an ETL server's errors are
+typed."""
 
 from __future__ import annotations
 
@@ -9,10 +10,17 @@ from pathlib import Path
 import pytest
 
 import aisio
-from aisio.core import etl as routing
-from aisio.core.etl import LocalETL, parse_read_url, read_url, register, registry_file, unregister
-from aisio.core.translate import error_from_status
-from aisio.core.urls import ETL, AISPath, Bucket, object_url
+from aisio.core.store import etl as routing
+from aisio.core.store.etl import (
+    LocalETL,
+    parse_read_url,
+    read_url,
+    register,
+    registry_file,
+    unregister,
+)
+from aisio.core.store.translate import error_from_status
+from aisio.core.store.urls import ETL, AISPath, Bucket, object_url
 
 CLUSTER = "http://127.0.0.1:51080"
 PATH = AISPath(Bucket("b"), "dir/shard 1.tar")

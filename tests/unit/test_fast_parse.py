@@ -1,4 +1,5 @@
-"""The one-pass reader (aisio.core.samples.iter_samples) against the general path and tarfile.
+"""The one-pass reader (aisio.core.format.samples.iter_samples) against the general path and
+tarfile.
 
 ``iter_samples`` parses common headers itself and hands everything else to the general reader;
 these properties check on random archives (plain, pax and GNU members mixed, long and unicode
@@ -18,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from aisio.core.errors import AISIOError
-from aisio.core.samples import group_samples, group_samples_with_end, iter_samples
-from aisio.core.tar import iter_tar
+from aisio.core.faults.errors import AISIOError
+from aisio.core.format.samples import group_samples, group_samples_with_end, iter_samples
+from aisio.core.format.tar import iter_tar
 
 URL = "ais://bucket/shard-000.tar"
 
@@ -190,7 +191,7 @@ def test_parser_keeps_one_valid_iterator_checked_per_shard() -> None:
 def test_stage_times_count_every_member() -> None:
     """The one-pass reader adds its members (meta files and dot-less names too) and its time
     to the process's stage totals, as iter_tar does."""
-    from aisio.core import timing
+    from aisio.core.system import timing
 
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
@@ -210,7 +211,7 @@ def test_common_members_do_not_take_the_general_path(monkeypatch: pytest.MonkeyP
     """Plain files in the buffer are parsed by the fast path: the general reader is called only
     for the first member (which fills the buffer) and the end of the archive (a guard against a
     fast path that silently never applies)."""
-    from aisio.core.tar import ShardReader
+    from aisio.core.format.tar import ShardReader
 
     calls = []
     step = ShardReader.step

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import aisio
-from aisio.core.stages import SKIPPED
+from aisio.core.faults.policy import SKIPPED
 from tests.conftest import HAS_DATALOADER2, LOADERS
 
 SHARDS = "ais://b/s-{0..1}.tar"
@@ -83,7 +83,7 @@ def test_drop_last_turns_the_short_batch_into_positions_only() -> None:
 
 
 def test_a_pinned_delivery_pins_its_value_and_is_the_delivery_again() -> None:
-    from aisio.core.delivery import Delivery
+    from aisio.core.transport.delivery import Delivery
     from aisio.loaders.torch import _pinnable
 
     class Tensorish:

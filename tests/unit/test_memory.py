@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 # 100 rounds.
 _CHILD = """
 import resource, sys
-from aisio.core.memory import keep_freed_memory
+from aisio.core.system.memory import keep_freed_memory
 kept = keep_freed_memory() if sys.argv[1] == "keep" else False
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

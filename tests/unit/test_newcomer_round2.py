@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import aisio
-from aisio.core.decode import MissingFieldError
-from aisio.core.spec import PipelineSpec
-from aisio.core.stages import SKIPPED, SampleStage
+from aisio.core.faults.policy import SKIPPED
+from aisio.core.format.decode import MissingFieldError
+from aisio.core.pipeline.spec import PipelineSpec
+from aisio.core.pipeline.stages import SampleStage
 from tests.conftest import LOADERS
 
 
@@ -31,7 +32,7 @@ def test_missing_field_advice_names_fixes_that_work() -> None:
 
 
 def test_the_loaders_shuffle_by_default() -> None:
-    from aisio.core.spec import DEFAULT_SHUFFLE_BUFFER
+    from aisio.core.pipeline.spec import DEFAULT_SHUFFLE_BUFFER
 
     assert PipelineSpec.build(endpoint="http://h:1").shuffle_buffer == DEFAULT_SHUFFLE_BUFFER > 0
     assert PipelineSpec.build(endpoint="http://h:1", shuffle_buffer=0).shuffle_buffer == 0
@@ -55,7 +56,7 @@ def test_images_of_different_sizes_raise_a_typed_error_naming_the_samples() -> N
     import torch
     from torch.utils.data import default_collate
 
-    from aisio.core.collate import BatchCollate, MixedShapesError
+    from aisio.core.format.collate import BatchCollate, MixedShapesError
 
     batch = [(torch.zeros(3, 8, 8), 0), (torch.zeros(3, 8, 8), 1), (torch.zeros(3, 9, 8), 2)]
     names = ["sample #0 of ais://b/a.tar", "sample #1 of ais://b/a.tar", "sample #5 of ais://b/c.tar"]

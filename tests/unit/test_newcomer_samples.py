@@ -11,9 +11,10 @@ import pytest
 from PIL import Image
 
 from aisio import ConfigError, Decoder, ErrorReport, to_tuple
-from aisio.core.decode import FieldDecodeError, MissingFieldError, field_names
-from aisio.core.errors import DecodeError, LoaderUnavailableError
-from aisio.core.stages import SKIPPED, SampleStage, is_kept
+from aisio.core.faults.errors import DecodeError, LoaderUnavailableError
+from aisio.core.faults.policy import SKIPPED, is_kept
+from aisio.core.format.decode import FieldDecodeError, MissingFieldError, field_names
+from aisio.core.pipeline.stages import SampleStage
 from aisio.datapipes.pipeline import ResampledShards, ToTuple
 
 URL = "ais://b/s-0001.tar"

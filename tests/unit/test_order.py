@@ -1,4 +1,4 @@
-"""Tests for the deterministic order (aisio.core.order, order_reader, order_loop).
+"""Tests for the deterministic order (aisio.core.order.streams, order_reader, order_loop).
 
 Shards are real tar archives held in memory; ``open(ref, start=...)`` slices them (as a
 ``Range`` request would) and records every open. A topology is simulated in one process by
@@ -25,16 +25,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aisio.core.errors import ObjectChangedError, StateMismatchError, UsageError
-from aisio.core.order import (
+from aisio.core.faults.errors import ObjectChangedError, StateMismatchError, UsageError
+from aisio.core.order.reader import reader_rounds, reorder_window, rounds_per_item
+from aisio.core.order.reorder import Reorderer
+from aisio.core.order.streams import (
     OrderPlan,
     check_order_state,
     merge_order_states,
 )
-from aisio.core.order_loop import Reorderer
-from aisio.core.order_reader import reader_rounds, reorder_window, rounds_per_item
-from aisio.core.sources import ObjectRef
-from aisio.core.urls import parse_ais_url
+from aisio.core.store.sources import ObjectRef
+from aisio.core.store.urls import parse_ais_url
 from tests.conftest import tar_bytes
 
 SETTINGS = settings(max_examples=120, deadline=None,
@@ -339,7 +339,7 @@ def test_one_span_per_sample_still_resumes() -> None:
 def test_a_trace_the_shadow_cannot_account_for_is_a_loud_bug() -> None:
     """The shadow keeps what the buffer held from the traces; a sample that was never held,
     or inputs that skip a number, raise rather than save a state that would resume wrong."""
-    from aisio.core.order_loop import StreamShadow
+    from aisio.core.order.reorder import StreamShadow
 
     store = Store([6, 6], seed=2)
     plan = OrderPlan(store.refs, seed=2, epoch=0, streams=1, batch=2, buffer=2)
@@ -376,7 +376,7 @@ def test_state_round_trip_and_size_bound() -> None:
 
 
 def test_state_size_for_10000_shards_and_1000_sample_buffers() -> None:
-    from aisio.core.order_loop import StreamShadow
+    from aisio.core.order.reorder import StreamShadow
 
     refs = [ObjectRef(parse_ais_url(f"ais://b/t-{i:05d}.tar")) for i in range(10_000)]
     plan = OrderPlan(refs, seed=0, epoch=0, streams=8, batch=64, buffer=1000)
@@ -479,7 +479,7 @@ def test_the_order_core_imports_no_loader_framework() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, aisio.core.order_loop, aisio.core.order_reader; print(sorted(m for m "
+    code = ("import sys, aisio.core.order.reorder, aisio.core.order.reader; print(sorted(m for m "
             "in sys.modules if m == 'torch' or m.startswith(('torch.', 'torchdata'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
@@ -488,7 +488,7 @@ def test_the_order_core_imports_no_loader_framework() -> None:
 
 @pytest.mark.parametrize("kill", [1, 3, 6, 9])
 def test_a_skipped_bad_shard_is_skipped_alike_after_a_resume(kill: int) -> None:
-    from aisio.core.fetch import ErrorPolicy
+    from aisio.core.faults.policy import ErrorPolicy
 
     store = Store([6, 5, 7, 4], seed=8)
     bad = store.refs[1].uri()
@@ -513,7 +513,7 @@ def test_a_skipped_bad_shard_is_skipped_alike_after_a_resume(kill: int) -> None:
 @SETTINGS
 @given(st.integers(1, 300), st.integers(0, 2**64 - 1), st.integers(0, 2**32))
 def test_the_delay_buffer_is_counter_based_and_bounded(size: int, key: int, seed: int) -> None:
-    from aisio.core.order import DelayBuffer
+    from aisio.core.order.streams import DelayBuffer
 
     numbers = list(range(4 * size + 2500))
     ahead: DelayBuffer[int] = DelayBuffer(size, key)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import pickle
 
-from aisio.core.plan import EpochPlan
+from aisio.core.epochs.plan import EpochPlan
 
 
 def test_a_copy_in_a_worker_reads_every_later_publication() -> None:

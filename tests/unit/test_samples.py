@@ -1,4 +1,5 @@
-"""Tests for aisio.core.samples: WebDataset grouping, checked against the webdataset library."""
+"""Tests for aisio.core.format.samples: WebDataset grouping, checked against the webdataset
+library."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aisio.core.errors import ShardFormatError
-from aisio.core.samples import NO_OFFSET, group_samples, group_samples_with_end, split_key
-from aisio.core.tar import iter_tar
+from aisio.core.faults.errors import ShardFormatError
+from aisio.core.format.samples import NO_OFFSET, group_samples, group_samples_with_end, split_key
+from aisio.core.format.tar import iter_tar
 
 wds = pytest.importorskip("webdataset")
 from webdataset import tariterators  # noqa: E402
@@ -290,8 +291,8 @@ def _collect(samples: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], E
 def test_a_reader_closed_unfinished_adds_nothing_to_the_stage_times(fast: bool) -> None:
     """A reader dropped mid-shard (a loop that stopped; collected later, maybe while another
     epoch runs in this process) must not add its members to that epoch's counts."""
-    from aisio.core import timing
-    from aisio.core.samples import iter_samples
+    from aisio.core.format.samples import iter_samples
+    from aisio.core.system import timing
 
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:

@@ -1,4 +1,4 @@
-"""The one rule for what a source names (aisio.core.sources): every accepted form, no I/O."""
+"""The one rule for what a source names (aisio.core.store.sources): every accepted form, no I/O."""
 
 from __future__ import annotations
 
@@ -9,8 +9,16 @@ import pytest
 from aistore.sdk import Client as SDKClient
 
 import aisio
-from aisio.core.sources import ObjectRef, Source, as_sources, count, objects, one_object, resolve
-from aisio.core.urls import ETL, AISPath, Bucket
+from aisio.core.store.sources import (
+    ObjectRef,
+    Source,
+    as_sources,
+    count,
+    objects,
+    one_object,
+    resolve,
+)
+from aisio.core.store.urls import ETL, AISPath, Bucket
 
 B = Bucket("b")
 SDK = SDKClient("http://127.0.0.1:9")  # never contacted: building SDK objects does no I/O

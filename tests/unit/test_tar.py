@@ -1,4 +1,4 @@
-"""Tests for aisio.core.tar: the streaming tar reader."""
+"""Tests for aisio.core.format.tar: the streaming tar reader."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aisio.core.errors import LoaderUnavailableError, ShardFormatError
-from aisio.core.tar import TarMember, iter_tar
+from aisio.core.faults.errors import LoaderUnavailableError, ShardFormatError
+from aisio.core.format.tar import TarMember, iter_tar
 
 URL = "ais://bucket/shard.tar"
 

@@ -1,4 +1,4 @@
-"""Tests for aisio.core.transport within one process: what a worker puts in a slot, the
+"""Tests for aisio.core.transport.ring within one process: what a worker puts in a slot, the
 training process gets back, equal; and when the ring is full or a payload too large, the
 value is pickled instead (never a wait). Across processes: tests/integration/test_transport.py.
 """
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from aisio.core import transport
-from aisio.core.delivery import Delivery
-from aisio.core.transport import Ring, Shipped, export
+from aisio.core.transport import ring as ring_module
+from aisio.core.transport.delivery import Delivery
+from aisio.core.transport.ring import Ring, Shipped, export
 
 BIG = 32 * 1024
 
@@ -93,7 +93,7 @@ def test_small_values_and_a_disabled_transport_are_pickled(monkeypatch: pytest.M
     ring = Ring()
     assert export([b"x" * 1000] * 60, ring) is None  # leaves below MIN_LEAF
     assert export({"a": b"x" * 5000}, ring) is None  # below MIN_TOTAL in all
-    monkeypatch.setattr(transport, "ENABLED", False)
+    monkeypatch.setattr(ring_module, "ENABLED", False)
     assert export([b"x" * BIG] * 4, ring) is None
     assert ring.allocated() == 0
 
@@ -146,4 +146,4 @@ def test_a_slot_handle_travels_once() -> None:
             assert (args[1] is not None) == (round_ == 0)
             assert rebuild(*args).open() == value  # as unpickling in the receiver does
     finally:
-        transport._held.clear()
+        ring_module._held.clear()

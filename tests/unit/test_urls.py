@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aisio import ETL, InvalidURLError
-from aisio.core.urls import (
+from aisio.core.store.urls import (
     AISPath,
     Bucket,
     count_template,
@@ -112,7 +112,7 @@ def test_object_names_round_trip_through_http_urls(name: str) -> None:
      ("sp ace/q?#%", "sp%20ace/q%3F%23%25")],
 )
 def test_dot_segments_are_hidden_from_path_normalisation(name: str, quoted: str) -> None:
-    from aisio.core.urls import quote_object_name
+    from aisio.core.store.urls import quote_object_name
 
     assert quote_object_name(name) == quoted
     assert parse_object_url(object_url("http://h:1", AISPath(Bucket("b"), name)))[1].obj == name

@@ -1,0 +1,426 @@
+"""Decoding of WebDataset sample fields by suffix.
+
+The rules follow ``webdataset``'s ``autodecode``. The *extension* of a field is the last
+dot-separated part of its suffix (``seg.png`` -> ``png``); decoders are looked up by it:
+
+* ``jpg jpeg png ppm pgm pbm pnm bmp webp tif tiff gif``: an image, as the ``image`` spec says;
+* ``txt text transcript``: ``str`` (UTF-8);
+* ``cls cls2 class count index inx id``: ``int``;
+* ``json jsn``: the parsed JSON value;
+* ``npy``: a numpy array (loaded with ``allow_pickle=False``);
+* ``npz``: a dict of numpy arrays (``allow_pickle=False``);
+* ``ten tb``: the list of numpy arrays of a tenbin file (webdataset's ``tenbin`` format);
+* ``mp msg msgpack``: the unpacked MessagePack value (needs the optional ``msgpack`` package);
+* ``pyd pickle pkl``: the unpickled object, only with ``allow_pickle=True``;
+* ``pth``: ``torch.load(..., weights_only=False)``, only with ``allow_pickle=True``;
+* ``gz``: gunzipped, then decoded by the rest of the suffix (``json.gz`` -> JSON).
+
+Any other field stays ``bytes``.
+
+Image specs (as in ``webdataset``; ``l`` images are 2-D, ``H x W``):
+
+* ``pil``/``pilrgb``, ``pill``, ``pilrgba``: a ``PIL.Image`` converted to RGB, L or RGBA;
+* ``rgb8``, ``l8``, ``rgba8``: ``uint8`` numpy arrays, ``H x W x C`` (``H x W`` for ``l8``);
+* ``rgb``, ``l``, ``rgba``: ``float32`` numpy arrays in ``[0, 1]``, same shapes;
+* ``torchrgb8``, ``torchl8``, ``torchrgba8``: ``uint8`` tensors, ``C x H x W`` (``H x W`` for l);
+* ``torchrgb`` (alias ``torch``), ``torchl``, ``torchrgba``: ``float32`` tensors in ``[0, 1]``.
+
+numpy, PIL and torch are imported only when a field needs them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import pickle
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from aisio.core.faults.errors import AISIOError, ConfigError, DecodeError, LoaderUnavailableError
+
+FieldDecoder = Callable[[bytes], Any]
+"""A function turning a field's bytes into a value."""
+
+
+class SampleError(DecodeError):
+    """One sample is bad (a field does not decode, or a field is missing): the error policies
+    (``on_error="skip"``/``"warn"``) skip that sample alone.
+
+    Attributes:
+        key: the sample's ``__key__``.
+        field: the field at fault.
+        member: the tar member at fault, ``<key>.<field>``.
+        offset: always None (samples carry no byte offsets).
+    """
+
+    def __init__(self, message: str, *, url: str | None = None, key: str | None = None,
+                 field: str | None = None) -> None:
+        super().__init__(message, url=url)
+        self.key = key
+        self.field = field
+        self.member = f"{key}.{field}" if key is not None and field is not None else None
+        self.offset = None
+
+
+class FieldDecodeError(SampleError):
+    """A field's bytes could not be decoded (a corrupt JPEG, bad JSON, ...)."""
+
+
+class MissingFieldError(SampleError, KeyError):
+    """A sample lacks a field asked for by :func:`to_tuple` (also a ``KeyError``)."""
+
+
+class _ImageSpec(NamedTuple):
+    kind: str  # "pil", "numpy" or "torch"
+    floating: bool  # float32 in [0, 1] rather than uint8 (numpy and torch only)
+    mode: str  # PIL mode: "RGB", "L" or "RGBA"
+
+
+IMAGE_SPECS: Mapping[str, _ImageSpec] = MappingProxyType(
+    {
+        "pil": _ImageSpec("pil", False, "RGB"),
+        "pilrgb": _ImageSpec("pil", False, "RGB"),
+        "pill": _ImageSpec("pil", False, "L"),
+        "pilrgba": _ImageSpec("pil", False, "RGBA"),
+        "rgb8": _ImageSpec("numpy", False, "RGB"),
+        "l8": _ImageSpec("numpy", False, "L"),
+        "rgba8": _ImageSpec("numpy", False, "RGBA"),
+        "rgb": _ImageSpec("numpy", True, "RGB"),
+        "l": _ImageSpec("numpy", True, "L"),
+        "rgba": _ImageSpec("numpy", True, "RGBA"),
+        "torchrgb8": _ImageSpec("torch", False, "RGB"),
+        "torchl8": _ImageSpec("torch", False, "L"),
+        "torchrgba8": _ImageSpec("torch", False, "RGBA"),
+        "torchrgb": _ImageSpec("torch", True, "RGB"),
+        "torch": _ImageSpec("torch", True, "RGB"),
+        "torchl": _ImageSpec("torch", True, "L"),
+        "torchrgba": _ImageSpec("torch", True, "RGBA"),
+    }
+)
+"""The image specs :class:`Decoder` accepts, by name."""
+
+IMAGE_EXTENSIONS = frozenset(
+    ("jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "bmp", "webp", "tif", "tiff", "gif")
+)
+"""Extensions decoded as images."""
+
+PICKLE_EXTENSIONS = frozenset(("pyd", "pickle", "pkl", "pth"))
+"""Extensions whose decoding runs pickle, refused unless ``allow_pickle=True``."""
+
+
+def decode_image(data: bytes, spec: str) -> Any:
+    """Returns the image in ``data`` decoded as image spec ``spec`` says (see module doc)."""
+    import PIL.Image
+
+    kind, floating, mode = IMAGE_SPECS[spec]
+    with PIL.Image.open(io.BytesIO(data)) as opened:
+        opened.load()
+        image = opened.convert(mode)
+    if kind == "pil":
+        return image
+    import numpy as np
+
+    array = np.array(image)
+    if floating:
+        array = array.astype(np.float32) / np.float32(255.0)
+    if kind == "numpy":
+        return array
+    import torch
+
+    if array.ndim == 3:
+        array = np.ascontiguousarray(array.transpose(2, 0, 1))
+    return torch.from_numpy(array)
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8")
+
+
+def _integer(data: bytes) -> int:
+    return int(data)
+
+
+def _json(data: bytes) -> Any:
+    return json.loads(data)
+
+
+def _npy(data: bytes) -> Any:
+    import numpy as np
+
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+def _npz(data: bytes) -> dict[str, Any]:
+    import numpy as np
+
+    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+        return {name: archive[name] for name in archive.files}
+
+
+def _tenbin(data: bytes) -> Any:
+    from webdataset import tenbin  # a dependency of aisio; imported only for .ten fields
+
+    return tenbin.decode_buffer(data)
+
+
+def _msgpack(data: bytes) -> Any:
+    try:
+        import msgpack  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:
+        raise LoaderUnavailableError(
+            "decoding .mp/.msg/.msgpack fields needs the 'msgpack' package: pip install msgpack"
+        ) from exc
+    return msgpack.unpackb(data, raw=False)
+
+
+def _unpickle(data: bytes) -> Any:
+    return pickle.loads(data)  # only reached with allow_pickle=True
+
+
+def _torch_load(data: bytes) -> Any:
+    import torch
+
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+BASIC_DECODERS: Mapping[str, FieldDecoder] = MappingProxyType(
+    {
+        "txt": _text,
+        "text": _text,
+        "transcript": _text,
+        "cls": _integer,
+        "cls2": _integer,
+        "class": _integer,
+        "count": _integer,
+        "index": _integer,
+        "inx": _integer,
+        "id": _integer,
+        "json": _json,
+        "jsn": _json,
+        "npy": _npy,
+        "npz": _npz,
+        "ten": _tenbin,
+        "tb": _tenbin,
+        "mp": _msgpack,
+        "msg": _msgpack,
+        "msgpack": _msgpack,
+        "pyd": _unpickle,
+        "pickle": _unpickle,
+        "pkl": _unpickle,
+        "pth": _torch_load,
+    }
+)
+"""The built-in non-image decoders, by extension."""
+
+
+def _extension(suffix: str) -> str:
+    return suffix.rpartition(".")[2]
+
+
+def _sample_name(sample: Mapping[str, Any]) -> str:
+    return f"sample {sample.get('__key__')!r} from shard {sample.get('__url__', '<unknown>')}"
+
+
+class Decoder:
+    """Decodes the fields of WebDataset samples by suffix; picklable.
+
+    Args:
+        image: the image spec (see the module doc), or None to leave images as bytes.
+        custom: decoders by suffix, full (``seg.png``) or extension (``png``), case-insensitive;
+            they win over the built-in ones. They must be picklable (module-level functions,
+            not lambdas) for the decoder to reach DataLoader2 workers.
+        allow_pickle: decode ``pyd``/``pickle``/``pkl``/``pth`` fields, which runs pickle. Only
+            for shards you trust.
+        only: decode only these suffixes (full or extension); the other fields stay bytes.
+
+    Raises:
+        ConfigError: ``image`` is not a known spec.
+    """
+
+    def __init__(
+        self,
+        image: str | None = "pil",
+        *,
+        custom: Mapping[str, FieldDecoder] | None = None,
+        allow_pickle: bool = False,
+        only: Iterable[str] | None = None,
+    ) -> None:
+        if image is not None and image not in IMAGE_SPECS:
+            raise ConfigError(
+                f"unknown image spec {image!r}; use one of {', '.join(IMAGE_SPECS)} or None"
+            )
+        self.image = image
+        self.custom = {suffix.lower(): fn for suffix, fn in (custom or {}).items()}
+        self.allow_pickle = allow_pickle
+        if isinstance(only, str):
+            only = only.split()
+        self.only = None if only is None else frozenset(suffix.lower() for suffix in only)
+
+    def __repr__(self) -> str:
+        return (
+            f"Decoder(image={self.image!r}, custom={sorted(self.custom)!r}, "
+            f"allow_pickle={self.allow_pickle!r}, only={self.only and sorted(self.only)!r})"
+        )
+
+    def __call__(self, sample: Mapping[str, Any]) -> dict[str, Any]:
+        """Returns a new sample with every bytes field decoded.
+
+        Fields starting with ``__``, fields that are not bytes, fields left out by ``only`` and
+        fields with no decoder are copied unchanged.
+
+        Raises:
+            DecodeError: a field could not be decoded, or it is a pickle and ``allow_pickle``
+                is off. The message names the shard, the sample key and the field.
+        """
+        out: dict[str, Any] = {}
+        for field, value in sample.items():
+            if field.startswith("__") or not isinstance(value, bytes) or not self._wanted(field):
+                out[field] = value
+            else:
+                out[field] = self.decode_field(sample, field, value)
+        return out
+
+    def _wanted(self, field: str) -> bool:
+        only = self.only
+        return only is None or field.lower() in only or _extension(field).lower() in only
+
+    def decode_field(self, sample: Mapping[str, Any], field: str, data: bytes) -> Any:
+        """Returns field ``field`` of ``sample`` (whose bytes are ``data``) decoded.
+
+        Raises:
+            DecodeError: see :meth:`__call__`.
+        """
+        suffix = field.lower()
+        while True:
+            decoder = self._find(sample, field, suffix)
+            if decoder is not None:
+                return self._run(decoder, sample, field, data)
+            if _extension(suffix) != "gz":
+                return data
+            data = self._run(gzip.decompress, sample, field, data)
+            suffix = suffix[: -len(".gz")]
+
+    def _find(self, sample: Mapping[str, Any], field: str, suffix: str) -> FieldDecoder | None:
+        """Returns the decoder for ``suffix`` (None if there is none), enforcing the pickle rule."""
+        extension = _extension(suffix)
+        custom = self.custom.get(suffix)
+        if custom is None:
+            custom = self.custom.get(extension)
+        if custom is not None:
+            return custom
+        if extension in PICKLE_EXTENSIONS and not self.allow_pickle:
+            raise DecodeError(
+                f"refusing to decode field '{field}' of {_sample_name(sample)}: '{extension}' "
+                "files are pickles, which can run arbitrary code; pass "
+                "Decoder(allow_pickle=True) if you trust the shard",
+                url=sample.get("__url__"),
+            )
+        if extension in IMAGE_EXTENSIONS:
+            return None if self.image is None else partial(decode_image, spec=self.image)
+        return BASIC_DECODERS.get(extension)
+
+    @staticmethod
+    def _run(decoder: FieldDecoder, sample: Mapping[str, Any], field: str, data: bytes) -> Any:
+        try:
+            return decoder(data)
+        except AISIOError:
+            raise  # e.g. a missing optional package: not this sample's fault
+        except Exception as exc:
+            raise FieldDecodeError(
+                f"cannot decode field '{field}' of {_sample_name(sample)}: "
+                f"{type(exc).__name__}: {exc}; check the file or pass a custom decoder for "
+                f"'{field}'",
+                url=sample.get("__url__"),
+                key=sample.get("__key__"),
+                field=field,
+            ) from exc
+
+
+def field_names(fields: Any, *, what: str = "fields") -> tuple[str, ...]:
+    """Returns a tuple of names from a sequence of names or from one string of names.
+
+    A string is split on whitespace (``"jpg;png cls"`` -> ``("jpg;png", "cls")``, as in
+    webdataset's ``to_tuple``); it is never iterated as characters.
+
+    Raises:
+        TypeError: ``fields`` is not a string or an iterable of strings (``what`` names it).
+        ValueError: no name was given.
+    """
+    if isinstance(fields, str):
+        names: tuple[Any, ...] = tuple(fields.split())
+    elif isinstance(fields, (bytes, bytearray)) or not isinstance(fields, Iterable):
+        raise TypeError(f"{what} must be a string or a list of strings, got {fields!r}")
+    else:
+        names = tuple(fields)
+    bad = [name for name in names if not isinstance(name, str)]
+    if bad:
+        raise TypeError(f"{what} must be strings, got {bad[0]!r} in {fields!r}")
+    if not names:
+        raise ValueError(f"{what} is empty: name at least one field, e.g. 'jpg;png cls'")
+    return names
+
+
+def tuple_fields(fields: tuple[Any, ...]) -> tuple[str, ...]:
+    """Returns the field names of ``to_tuple(sample, *fields)``: one string with spaces or one
+    list is split or unpacked; otherwise each argument is one field."""
+    if len(fields) == 1:
+        return field_names(fields[0])
+    return field_names(fields)
+
+
+def to_tuple(sample: Mapping[str, Any], *fields: str, missing_ok: bool = False) -> tuple[Any, ...]:
+    """Returns the values of ``fields`` in ``sample``, as a tuple in the same order.
+
+    Each field may list alternatives separated by ``;`` (``"jpg;png"``): the first present wins.
+    A single argument is split on spaces (``"jpg;png cls"``, as in webdataset) or, when it is a
+    list, unpacked (``["jpg;png", "cls"]``).
+
+    Args:
+        sample: a (decoded or raw) sample.
+        *fields: the fields to pick.
+        missing_ok: give None for a missing field instead of raising.
+
+    Raises:
+        MissingFieldError: a field (none of its alternatives) is in the sample; it is both a
+            DecodeError and a KeyError.
+    """
+    if len(fields) != 1 or not isinstance(fields[0], str) or " " in fields[0]:
+        fields = tuple_fields(fields)
+    return tuple(_pick(sample, field, missing_ok) for field in fields)
+
+
+def _pick(sample: Mapping[str, Any], field: str, missing_ok: bool) -> Any:
+    for alternative in field.split(";"):
+        if alternative in sample:
+            return sample[alternative]
+    if missing_ok:
+        return None
+    present = sorted(name for name in sample if not name.startswith("__"))
+    raise MissingFieldError(
+        f"{_sample_name(sample)} has no field {field!r}; its fields are {present}: name one "
+        "of those in tuple_fields (alternatives joined with ';', e.g. 'jpg;png'), or skip such "
+        "samples with on_error='skip' (to_tuple() itself takes missing_ok=True)",
+        url=sample.get("__url__"),
+        key=sample.get("__key__"),
+        field=field,
+    )
+
+
+__all__ = [
+    "BASIC_DECODERS",
+    "IMAGE_EXTENSIONS",
+    "IMAGE_SPECS",
+    "PICKLE_EXTENSIONS",
+    "Decoder",
+    "FieldDecodeError",
+    "FieldDecoder",
+    "MissingFieldError",
+    "SampleError",
+    "decode_image",
+    "field_names",
+    "to_tuple",
+    "tuple_fields",
+]

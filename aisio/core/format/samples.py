@@ -1,0 +1,396 @@
+"""WebDataset grouping: tar members to samples.
+
+The rules are those of the ``webdataset`` library (1.0.x):
+
+* a member name splits into a *key* (the directories plus the file name up to its first dot) and
+  a *suffix* (everything after that dot, lower-cased): ``train/a.b/0001.seg.PNG`` gives key
+  ``train/a.b/0001`` and suffix ``seg.png``;
+* names whose file name has no dot are skipped, as are meta files: a top-level name like
+  ``__index__`` or anything under a top-level ``__meta__/`` directory (for file names starting
+  with a dot, see :func:`split_key`);
+* a sample is a run of *consecutive* members sharing a key, and a suffix may appear only once in
+  a sample.
+
+:func:`iter_samples` reads a tar stream into samples in one pass: the fast path every loader
+takes (see its docstring); :func:`group_samples` groups members already read.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+import zlib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from aisio.core.faults.errors import AISIOError, ShardFormatError
+from aisio.core.format.tar import BLOCK, BinaryReadable, ShardReader, TarMember
+from aisio.core.system import timing
+
+MemberLike = TarMember | tuple[str, bytes]
+"""A :class:`TarMember`, or a plain ``(name, data)`` pair (which has no offsets)."""
+
+NO_OFFSET = -1
+"""The end offset reported for samples built from plain ``(name, data)`` pairs."""
+
+
+def _is_meta(name: str) -> bool:
+    """Returns whether ``name`` is a WebDataset meta file (``__x__`` or ``__x__/...``)."""
+    if not name.startswith("__"):
+        return False
+    slash = name.find("/")
+    if slash < 0:
+        return name.endswith("__")
+    return slash >= 4 and name[slash - 2 : slash] == "__"
+
+
+def split_key(name: str) -> tuple[str, str] | None:
+    """Returns the ``(key, suffix)`` of a member name, or None when WebDataset skips the member.
+
+    The key is the path up to the first dot of the file name (directories, dots included, are
+    kept); the suffix is the rest, lower-cased. Like ``webdataset``, a file name starting with a
+    dot keeps its directory as the key (``d/.jpg`` -> ``("d/", "jpg")``) unless that directory's
+    own name has a dot or there is no directory (then the member is skipped).
+
+    Args:
+        name: a tar member's path.
+    """
+    if _is_meta(name):
+        return None
+    slash = name.rfind("/")
+    dot = name.find(".", slash + 1)
+    if dot < 0:
+        return None
+    if dot == slash + 1 and (slash < 0 or "." in name[name.rfind("/", 0, slash) + 1 : slash]):
+        return None
+    return name[:dot], name[dot + 1 :].lower()
+
+
+def _duplicate(url: str, name: str, suffix: str, key: str, offset: int | None
+               ) -> ShardFormatError:
+    where = f" at byte {offset}" if offset is not None else ""
+    return ShardFormatError(
+        f"shard {url} has member {name!r}{where} whose suffix '{suffix}' is already taken in "
+        f"sample {key!r}; give every file of a sample a distinct suffix",
+        url=url,
+        offset=offset,
+        member=name,
+    )
+
+
+def group_samples_with_end(
+    members: Iterable[MemberLike], *, url: str
+) -> Iterator[tuple[dict[str, Any], int]]:
+    """Yields ``(sample, end)`` for each sample; ``end`` is where the sample's last member ends.
+
+    A reader that stopped after a sample can restart the shard at ``end`` (a member boundary).
+    ``end`` is :data:`NO_OFFSET` (-1) when the members are plain ``(name, data)`` pairs.
+
+    Each sample is a new dict with ``__key__``, ``__url__`` and one entry ``suffix -> bytes`` per
+    member. Only one sample is held at a time.
+
+    Args:
+        members: tar members in archive order (from :func:`aisio.core.format.tar.iter_tar`).
+        url: the shard's name, stored in ``__url__`` and used in error messages.
+
+    Raises:
+        ShardFormatError: a suffix repeats within a sample. Before an error (this one, or one
+            from ``members``) every sample known to be whole is yielded (the one in progress
+            is, when the error names a member of another sample); otherwise the error names in
+            ``given_up`` the key of the sample in progress, not yielded: files of it may lie
+            past the fault.
+    """
+    sample: dict[str, Any] | None = None
+    end = NO_OFFSET
+    try:
+        for member in members:
+            if isinstance(member, TarMember):
+                name, data, offset, member_end = member
+            else:
+                name, data = member
+                offset, member_end = None, NO_OFFSET
+            parts = split_key(name)
+            if parts is None:
+                continue
+            key, suffix = parts
+            if sample is None or sample["__key__"] != key:
+                if sample is not None:
+                    yield sample, end
+                sample = {"__key__": key, "__url__": url}
+            if suffix in sample:
+                raise _duplicate(url, name, suffix, key, offset)
+            sample[suffix] = data
+            end = member_end
+    except AISIOError as exc:
+        if sample is not None and getattr(exc, "given_up", None) is None:
+            at = getattr(exc, "member", None)
+            parts = split_key(at) if at else None
+            if parts is not None and parts[0] != sample["__key__"]:
+                yield sample, end  # the fault is in another sample's file: this one is whole
+            else:  # given up: more of its files may lie past the fault
+                exc.given_up = sample["__key__"]  # type: ignore[attr-defined]
+        raise
+    if sample is not None:
+        yield sample, end
+
+
+def group_samples(members: Iterable[MemberLike], *, url: str) -> Iterator[dict[str, Any]]:
+    """Yields the WebDataset samples made of ``members``, in order.
+
+    See :func:`group_samples_with_end`, which this wraps.
+
+    Args:
+        members: tar members in archive order (from :func:`aisio.core.format.tar.iter_tar`).
+        url: the shard's name, stored in ``__url__`` and used in error messages.
+
+    Raises:
+        ShardFormatError: a suffix repeats within a sample.
+    """
+    for sample, _ in group_samples_with_end(members, url=url):
+        yield sample
+
+
+def iter_samples(
+    stream: BinaryReadable,
+    *,
+    url: str,
+    start_offset: int = 0,
+    bufsize: int = 1 << 20,
+    ends: bool = False,
+    fast: bool = True,
+    tag: Tag | None = None,
+) -> Iterator[Any]:
+    """Yields the WebDataset samples of a tar stream, read and grouped in one pass.
+
+    The same samples, offsets and errors as ``group_samples(iter_tar(stream, ...))`` (see
+    :func:`aisio.core.format.tar.iter_tar` for the tar formats, compression, offsets and errors, and
+    :func:`group_samples_with_end` for the grouping), at a fraction of the cost per member: a
+    plain regular-file header (typeflag ``0``, an octal size, no ustar ``prefix``, no extended
+    header before it) whose member lies in the read buffer is parsed and checksummed here, and
+    its name split here; anything else (pax and GNU long names, other record types, a member
+    across the buffer's end, the end of the archive, any header this does not vouch for) goes
+    through the general reader (:meth:`aisio.core.format.tar.ShardReader.step`), which also explains
+    every error.
+
+    Args:
+        stream: a binary file-like with ``read(n)``; short reads are fine.
+        url: the shard's name, stored in ``__url__`` and used in error messages.
+        start_offset: where a reopened stream starts (see :func:`aisio.core.format.tar.iter_tar`).
+        bufsize: how many bytes to read at a time.
+        ends: yield ``(sample, end)`` pairs instead of samples, ``end`` being the offset just
+            past the sample's last member (where a reader restarts after it).
+        fast: False reads every member through the general reader (for tests).
+        tag: ``(field, shard, first, skip, extra)``: give each sample its position in
+            ``field``, ``(shard, ordinal, end, last)``, counting ordinals from ``first``, and
+            the ``extra`` fields; samples whose ordinal is in ``skip`` are read but not
+            yielded (a resumed shard task: :func:`aisio.core.pipeline.parse.task_samples`). ``last``
+            is True for the shard's final sample only.
+
+    Raises:
+        ShardFormatError: as :func:`aisio.core.format.tar.iter_tar`, or a suffix repeats in a
+        sample.
+        LoaderUnavailableError: the shard is zstd-compressed and ``zstandard`` is missing.
+    """
+    return _scan(ShardReader(stream, url, start_offset, bufsize), url, ends, fast, tag)
+
+
+Tag = tuple[str, int, int, "frozenset[int] | set[int]", "dict[str, Any]"]
+"""What :func:`iter_samples` adds to each sample of a shard task (see its ``tag``)."""
+
+
+# From a header: the name field, the size's 11 octal digits and the byte after them, the checksum's
+# 6 digits and the 2 bytes after them, the typeflag and the first byte of the ustar prefix.
+_COMMON = struct.Struct("100s24x11sB12x6sBBB188xB166x")
+
+
+class _Octal(dict[bytes, int]):
+    """Octal fields already parsed, by their bytes (checksums repeat: a lookup costs less than
+    ``int(field, 8)``); at most 4,096 of them."""
+
+    def __missing__(self, field: bytes) -> int:
+        value = int(field, 8)
+        if len(self) >= 4096:
+            self.clear()
+        self[field] = value
+        return value
+
+
+_CHECKSUMS = _Octal()
+
+
+def _tail_sum(tail: bytes) -> int:
+    """Returns the byte sum of a header's last 356 bytes (``zlib.adler32`` from 0 keeps a byte
+    sum below 65,521 exactly in its low 16 bits: ASCII bytes at once, others in two halves)."""
+    if tail.isascii():
+        return zlib.adler32(tail, 0) & 0xFFFF
+    return (zlib.adler32(tail[:178], 0) & 0xFFFF) + (zlib.adler32(tail[178:], 0) & 0xFFFF)
+
+
+def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None
+          ) -> Iterator[Any]:
+    """Yields samples (or ``(sample, end)`` pairs) from ``reader`` (see :func:`iter_samples`)."""
+    field, shard, ordinal, skip, extra = tag if tag is not None else ("", 0, 0, frozenset(), {})
+    unpack_from = _COMMON.unpack_from
+    adler32 = zlib.adler32
+    checksums = _CHECKSUMS
+    step = reader.step
+    timer = reader.timer
+    clock = time.perf_counter
+    # Stage timing (aisio.core.system.timing) as iter_tar keeps it: read = inside stream.read,
+    # parse =
+    # the rest of the time spent in here; added to the totals every 256 or so members.
+    resumed = clock()
+    busy = read_before = 0.0
+    members = counted = 0
+    sample: dict[str, Any] | None = None
+    key: str | None = None
+    name: Any = None  # the last member's name (str), None before the first
+    end = NO_OFFSET
+    duplicate = None
+    # A header's checksum counts all its 512 bytes. Its last 356 (typeflag, link name, magic,
+    # owner, device, prefix) are the same in every header a writer makes for a regular file:
+    # their sum is kept with them, and each header whose tail is byte for byte the same needs
+    # only its first 148 bytes summed.
+    tail = b""
+    tail_sum = 0
+    closed = False
+    try:
+        try:
+            try:
+                reader.open()
+                src = reader.src
+                buf, pos, base = src.buf, src.pos, src.base
+                limit = len(buf) - BLOCK if fast else -1
+                while True:
+                    ok = False
+                    if pos <= limit:
+                        (name_f, size_d, size_nul, chk_d, chk_nul, _, typeflag,
+                         prefix) = unpack_from(buf, pos)
+                        if typeflag == 0x30 and not (size_nul or chk_nul or prefix):  # "0": a file
+                            try:
+                                size = int(size_d, 8)
+                                chk = checksums[chk_d]
+                            except ValueError:
+                                size = -1
+                            data_at = pos + BLOCK
+                            stop = data_at + ((size + BLOCK - 1) & -BLOCK)
+                            if size >= 0 and stop - BLOCK <= limit:
+                                header_tail = buf[pos + 156:data_at]
+                                if header_tail != tail:
+                                    tail, tail_sum = header_tail, _tail_sum(header_tail) + 8 * 0x20
+                                if (adler32(buf[pos:pos + 148], 0) & 0xFFFF) + tail_sum == chk:
+                                    name = name_f.partition(b"\x00")[0].decode(
+                                        "utf-8", "surrogateescape")
+                                    data = buf[data_at:data_at + size]
+                                    offset = base + pos
+                                    pos = stop
+                                    ok = True
+                    if not ok:  # anything else: the general reader, which explains every error
+                        src.pos = pos
+                        reader.last_name = name
+                        member = step()
+                        if member is None:
+                            break
+                        name, data, offset, stop = member
+                        buf, pos, base = src.buf, src.pos, src.base
+                        stop -= base
+                        limit = len(buf) - BLOCK if fast else -1
+                    # Grouping as group_samples_with_end, with split_key's common case inlined: the
+                    # name's first dot is in its file name (no "/" after it), not a meta file's.
+                    member_key, dot, suffix = name.partition(".")
+                    if dot and member_key and name[0] != "_" and "/" not in suffix:
+                        suffix = suffix.lower()
+                    else:
+                        parts = split_key(name)
+                        if parts is None:
+                            members += 1
+                            continue
+                        member_key, suffix = parts
+                    if member_key != key:
+                        if sample is not None:
+                            busy += clock() - resumed
+                            members += len(sample) - 2
+                            if members - counted >= 256:
+                                seconds = timer.seconds
+                                _report(busy, seconds - read_before, members - counted)
+                                busy, read_before, counted = 0.0, seconds, members
+                            if tag is None:  # _finished(..., last=False), inlined: per sample
+                                yield (sample, end) if ends else sample
+                            else:  # a next sample began: this one is not the shard's last
+                                if ordinal not in skip:
+                                    sample[field] = (shard, ordinal, end, False)
+                                    sample.update(extra)
+                                    yield sample
+                                ordinal += 1
+                            resumed = clock()
+                        sample = {"__key__": member_key, "__url__": url}
+                        key = member_key
+                    if suffix in sample:  # type: ignore[operator]
+                        duplicate = _duplicate(url, name, suffix, member_key, offset)
+                        raise duplicate
+                    sample[suffix] = data  # type: ignore[index]
+                    end = base + stop
+            except ShardFormatError as exc:
+                if exc is not duplicate:
+                    reader.reraise(exc)
+                raise
+            reader.finish()
+        except AISIOError as exc:  # as group_samples_with_end: the sample in progress
+            if sample is not None and getattr(exc, "given_up", None) is None:
+                at = getattr(exc, "member", None)
+                parts = split_key(at) if at else None
+                if parts is not None and parts[0] != sample["__key__"]:  # the fault is in another
+                    item = _finished(sample, end, ends, tag, ordinal, last=False)
+                    if item is not None:
+                        yield item
+                else:  # given up: more of its files may lie past the fault
+                    exc.given_up = sample["__key__"]  # type: ignore[attr-defined]
+            raise
+        if sample is not None:
+            busy += clock() - resumed
+            members += len(sample) - 2
+            item = _finished(sample, end, ends, tag, ordinal, last=True)
+            if item is not None:
+                yield item
+    except GeneratorExit:
+        # Closed unfinished: dropped by a loop that stopped, or collected later, maybe while
+        # another epoch (or loader) runs in this process; what it did since its last report
+        # is left out rather than counted there.
+        closed = True
+        raise
+    finally:
+        if not closed:
+            _report(busy, timer.seconds - read_before, members - counted)
+
+
+def _finished(sample: dict[str, Any], end: int, ends: bool, tag: Tag | None, ordinal: int, *,
+              last: bool) -> Any:
+    """Returns what :func:`_scan` yields for a finished sample: the sample, ``(sample, end)``,
+    or (with a ``tag``) the sample with its position and extra fields; None when the tag
+    skips its ordinal."""
+    if tag is None:
+        return (sample, end) if ends else sample
+    field, shard, _, skip, extra = tag
+    if ordinal in skip:
+        return None
+    sample[field] = (shard, ordinal, end, last)
+    sample.update(extra)
+    return sample
+
+
+def _report(busy: float, read: float, members: int) -> None:
+    """Adds to the process's stage totals: ``read`` seconds reading, the rest of ``busy``
+    parsing ``members`` tar members."""
+    timing.add("read", read, 0)
+    timing.add("parse", busy - read, members)
+    timing.flush()
+
+
+__all__ = [
+    "NO_OFFSET",
+    "MemberLike",
+    "group_samples",
+    "group_samples_with_end",
+    "iter_samples",
+    "split_key",
+]

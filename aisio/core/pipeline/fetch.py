@@ -1,0 +1,258 @@
+"""Reading objects: one stream at a time, in threads, or through Get-Batch; the cache.
+
+:class:`Fetcher` is what :class:`~aisio.AISFileLoader` wraps, usable without any loader
+framework::
+
+    fetcher = Fetcher(AISConfig.from_env(), concurrency=1)
+    for name, stream in fetcher.streams(["ais://b/shard-{0..9}.tar"]):
+        ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from aisio.core.epochs.progress import ShardTask
+from aisio.core.faults.errors import (
+    AISIOError,
+    InvalidURLError,
+    ObjectNotFoundError,
+)
+from aisio.core.faults.policy import (
+    ErrorPolicy,
+)
+from aisio.core.store.batch import get_batch
+from aisio.core.store.cache import ShardCache
+from aisio.core.store.client import Client, client_for
+from aisio.core.store.config import AISConfig
+from aisio.core.store.etl import read_url
+from aisio.core.store.sources import ObjectRef, explained, objects, resolve_one
+from aisio.core.store.urls import ETL
+from aisio.core.system.memory import keep_freed_memory
+
+log = logging.getLogger("aisio")
+
+@dataclass(frozen=True)
+class Fetcher:
+    """Opens objects for reading, in the mode asked for, with the cache and the error policy.
+
+    Args:
+        config: endpoint, token, TLS, timeouts, retries.
+        etl: an ETL to apply to objects named without one.
+        concurrency: with more than 1, small objects are fetched whole by that many threads,
+            still yielded in order.
+        batch_get: fetch up to this many consecutive objects of a bucket in one Get-Batch
+            request (``/v1/ml/moss``), in order (0: one GET each).
+        cache: a :class:`ShardCache` that keeps objects read to the end on local disk.
+        policy: what to do with a missing object (see :class:`ErrorPolicy`).
+    """
+
+    config: AISConfig
+    etl: ETL | None = None
+    concurrency: int = 1
+    batch_get: int = 0
+    cache: ShardCache | None = None
+    policy: ErrorPolicy = field(default_factory=ErrorPolicy)
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency={self.concurrency} must be at least 1")
+        if self.batch_get < 0:
+            raise ValueError(f"batch_get={self.batch_get} must be >= 0 (0: one GET per object)")
+
+    # ---- what to read ----------------------------------------------------------------------
+    def requests(self, items: Iterable[Any]) -> Iterator[tuple[Any, ObjectRef, int]]:
+        """Yields ``(key, object, start)`` for every object the items name: a
+        :class:`~aisio.core.epochs.progress.ShardTask` keys itself and starts where it says;
+        anything
+        else is keyed by the object's name and read from byte 0."""
+        for item in items:
+            if isinstance(item, ShardTask):
+                yield item, item.ref, item.start
+            else:
+                for ref in self.refs([item]):
+                    yield ref.uri(), ref, 0
+
+    def refs(self, items: Iterable[Any]) -> Iterator[ObjectRef]:
+        """Yields the objects that items name: refs as they are; names, templates and URLs
+        resolved (a bucket or prefix is refused: list it first)."""
+        for item in items:
+            if isinstance(item, ObjectRef):
+                yield item
+                continue
+            for source in resolve_one(item):
+                if source.kind == "prefix":
+                    raise InvalidURLError(
+                        f"{source.uri()} names a bucket or prefix, not an object; list it "
+                        "first: AISFileLister(...).ais_load_files(...)",
+                        url=source.uri(),
+                    )
+                yield from objects(source)
+
+    def client(self, ref: ObjectRef | None = None) -> Client:
+        """Returns this process's client for the object's endpoint (the configured one)."""
+        if ref is None or ref.endpoint is None or ref.endpoint == self.config.endpoint:
+            return client_for(self.config)
+        return client_for(self.config.with_endpoint(ref.endpoint))
+
+    def url(self, ref: ObjectRef) -> str:
+        """Returns the object's GET URL, with its ETL (else this fetcher's)."""
+        return read_url(self.client(ref).endpoint, ref.path, self.etl_of(ref))
+
+    def etl_of(self, ref: ObjectRef) -> ETL | None:
+        """Returns the ETL an object is read through: its own, else this fetcher's."""
+        return ref.etl if ref.endpoint is not None else (ref.etl or self.etl)
+
+    # ---- reading ---------------------------------------------------------------------------
+    def open(self, ref: ObjectRef, *, start: int = 0, expect: str | None = None) -> IO[bytes]:
+        """Returns a stream over one object from byte ``start`` (cached, or resumable over HTTP).
+
+        ``expect``: the content the object had when it was read before (a resumed shard).
+
+        Raises:
+            AISIOError: the object cannot be read (missing, refused, cluster down after retries),
+                or is no longer the ``expect`` ed content (:class:`ObjectChangedError`).
+        """
+        keep_freed_memory()  # once per process: the next batch reuses what this one frees
+        url = self.url(ref)
+        etl = self.etl_of(ref)
+        version = None
+        if start == 0 and expect is None and self.cache is not None:
+            cached = self.cache.open(url, self.client(ref))
+            if cached is not None:
+                return cached  # type: ignore[return-value]
+            if etl is not None:
+                # An ETL's answer names no version: keep it under the version of the object it
+                # transforms, asked before the read (a newer object then never matches it).
+                with contextlib.suppress(AISIOError):
+                    version = self.client(ref).object_version(ref.path)
+        client = self.client(ref)
+        reader = explained(client, ref.path, lambda: client.open(
+            url, name=ref.path.uri(), etl=etl, start=start, expect=expect))
+        if start == 0 and self.cache is not None:
+            return self.cache.filling(url, reader, version)
+        return reader  # type: ignore[return-value]
+
+    def streams(self, items: Iterable[Any]) -> Iterator[tuple[Any, IO[bytes]]]:
+        """Yields ``(key, stream)`` for each object the items name, in order (the key is the
+        object's name, or the :class:`~aisio.core.epochs.progress.ShardTask` that asked for it); a
+        missing object is skipped or raised by the policy."""
+        requests = self.requests(items)
+        if self.batch_get:
+            yield from self._batched(requests)
+        elif self.concurrency > 1:
+            yield from self._threaded(requests)
+        else:
+            for key, ref, start in requests:
+                try:
+                    stream = self.open(ref, start=start, expect=_expected(key))
+                except AISIOError as exc:
+                    self.policy.handle(exc, ref.uri())
+                    continue
+                yield key, stream
+
+    def read(self, ref: ObjectRef, start: int = 0, expect: str | None = None) -> bytes:
+        """Returns one object's bytes from ``start``, read whole (through the cache)."""
+        with self.open(ref, start=start, expect=expect) as stream:
+            return stream.read()
+
+    def _threaded(self, requests: Iterable[tuple[Any, ObjectRef, int]]
+                  ) -> Iterator[tuple[Any, IO[bytes]]]:
+        window: deque[tuple[Any, ObjectRef, Future[IO[bytes]]]] = deque()
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="aisio-get")
+        try:
+            for key, ref, start in requests:
+                window.append((key, ref, pool.submit(self._read_whole, ref, start,
+                                                     _expected(key))))
+                if len(window) >= 2 * self.concurrency:
+                    yield from self._settle(*window.popleft())
+            while window:
+                yield from self._settle(*window.popleft())
+        finally:
+            # Stopping early must not wait for reads in flight: a stalled one would hold the
+            # caller for up to (max_retries + 1) x read_timeout. They end by their timeouts.
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _read_whole(self, ref: ObjectRef, start: int, expect: str | None) -> IO[bytes]:
+        """Returns one object's bytes from ``start`` as a stream that names its content."""
+        with self.open(ref, start=start, expect=expect) as stream:
+            whole = _Whole(stream.read())
+            whole.version, whole.size = (getattr(stream, "version", None),
+                                         getattr(stream, "size", None))
+            return whole
+
+    def _settle(self, key: Any, ref: ObjectRef, future: Future[IO[bytes]]
+                ) -> Iterator[tuple[Any, IO[bytes]]]:
+        try:
+            stream = future.result()
+        except AISIOError as exc:
+            self.policy.handle(exc, ref.uri())
+            return
+        yield key, stream
+
+    def _batched(self, requests: Iterable[tuple[Any, ObjectRef, int]]
+                 ) -> Iterator[tuple[Any, IO[bytes]]]:
+        group: list[tuple[Any, ObjectRef, int]] = []
+        for request in requests:
+            ref = request[1]
+            if group and (self.etl_of(ref) is not None or request[2] or self.client(ref) is not
+                          self.client(group[0][1]) or ref.path.bucket != group[0][1].path.bucket
+                          or len(group) == self.batch_get):
+                yield from self._flush(group)
+                group = []
+            group.append(request)
+        yield from self._flush(group)
+
+    def _flush(self, group: list[tuple[Any, ObjectRef, int]]) -> Iterator[tuple[Any, IO[bytes]]]:
+        """Yields a group's objects from one Get-Batch; what it could not give, one by one."""
+        if not group:
+            return
+        done = 0
+        first = group[0][1]
+        if self.etl_of(first) is None and not group[0][2] and len(group) > 1:
+            batch = get_batch(self.client(first), first.path.bucket,
+                              [ref.path.obj for _, ref, _ in group])
+            while True:
+                try:
+                    _, data = next(batch)
+                except StopIteration:
+                    break
+                except AISIOError as exc:
+                    log.debug("aisio: Get-Batch refused (%s); reading %d object(s) one by one",
+                              exc, len(group) - done)
+                    break
+                key, ref, _ = group[done]
+                done += 1
+                if data is None:
+                    self.policy.handle(ObjectNotFoundError(
+                        f"object {ref.path.uri()} does not exist; check the name, or list the "
+                        "bucket to see what is there", url=ref.path.uri(),
+                        missing=(ref.path.uri(),)), ref.uri())
+                    continue
+                yield key, io.BytesIO(data)
+        for key, ref, start in group[done:]:
+            try:
+                data = self.read(ref, start, _expected(key))
+            except AISIOError as exc:
+                self.policy.handle(exc, ref.uri())
+                continue
+            yield key, io.BytesIO(data)
+
+
+def _expected(key: Any) -> str | None:
+    """Returns the content a resumed task's shard must still have (None: not checked)."""
+    return key.version if isinstance(key, ShardTask) else None
+
+
+class _Whole(io.BytesIO):
+    """An object read whole, with what names its content (see ``content_id``)."""
+
+    version: str | None = None
+    size: int | None = None

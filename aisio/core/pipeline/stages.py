@@ -1,0 +1,81 @@
+"""Per-sample stages under an error policy: decode and pick fields, skipping only the bad sample.
+
+One corrupt JPEG should not end an epoch. :class:`SampleStage` decodes a sample and/or turns it
+into a tuple; with ``on_error="skip"`` or ``"warn"`` a sample whose field does not decode, or
+lacks a field, is replaced by :data:`SKIPPED` (drop those with :func:`is_kept`) and recorded in
+an :class:`~aisio.core.faults.report.ErrorReport` with its shard, key and field: webdataset's
+``handler=warn_and_continue``, per sample. Errors that are not the sample's fault (a refused
+pickle, a missing optional package) are raised whatever the policy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aisio.core.faults.policy import SKIPPED, ErrorPolicy, OnError
+from aisio.core.faults.report import ErrorReport
+from aisio.core.format.decode import Decoder, SampleError, field_names, to_tuple
+from aisio.core.system import timing
+from aisio.core.system.timing import StageTimes
+
+
+class SampleStage:
+    """Decodes a sample and/or picks its fields as a tuple, under an error policy; picklable.
+
+    Args:
+        decoder: a :class:`Decoder` (or None: leave fields as they are).
+        fields: fields for :func:`to_tuple` (``"jpg;png cls"`` or ``("jpg;png", "cls")``), or
+            None to yield dicts.
+        on_error: ``"raise"`` the :class:`~aisio.core.format.decode.SampleError`; ``"warn"`` or
+            ``"skip"`` to return :data:`SKIPPED` and record the sample in ``report``
+            (``"warn"`` also warns).
+        report: where skipped samples are recorded (default: a new in-memory report).
+        times: a :class:`~aisio.core.system.timing.StageTimes` that the processes running this stage
+            report their stage totals to.
+        map: a function applied last to each kept sample (or tuple): ``map=`` of the loaders.
+
+    Example:
+        >>> stage = SampleStage(Decoder(), "cls", on_error="skip")
+        >>> stage({"__key__": "a", "__url__": "ais://b/s.tar", "cls": b"7"})
+        (7,)
+        >>> stage({"__key__": "b", "__url__": "ais://b/s.tar", "cls": b"x"})
+        SKIPPED
+        >>> [r["member"] for r in stage.report.records()]
+        ['b.cls']
+    """
+
+    def __init__(self, decoder: Decoder | None = None, fields: Any = None, *,
+                 on_error: OnError = "raise", report: ErrorReport | None = None,
+                 times: StageTimes | None = None, map: Callable[[Any], Any] | None = None
+                 ) -> None:
+        self.decoder = decoder
+        self.map = map
+        self.fields = None if fields is None else field_names(fields, what="tuple_fields")
+        self.policy = ErrorPolicy(on_error, report if report is not None else ErrorReport())
+        self.on_error = on_error
+        self.report = self.policy.report
+        self.times = times
+
+    def __repr__(self) -> str:
+        return (f"SampleStage(decoder={self.decoder!r}, fields={self.fields!r}, "
+                f"on_error={self.on_error!r})")
+
+    def __call__(self, sample: Mapping[str, Any]) -> Any:
+        start = time.perf_counter()
+        try:
+            out: Any = sample
+            if self.decoder is not None:
+                out = self.decoder(out)
+            if self.fields is not None:
+                out = to_tuple(out, *self.fields)
+            return out if self.map is None else self.map(out)
+        except SampleError as exc:
+            self.policy.handle(exc, sample.get("__url__"), sample=sample.get("__key__"))
+            return SKIPPED
+        finally:
+            timing.add("decode", time.perf_counter() - start)
+            timing.flush()
+
+__all__ = ["SampleStage"]

@@ -1,0 +1,154 @@
+"""Client configuration: one frozen, validated dataclass; the environment only via ``from_env``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from aisio.core.faults.errors import ConfigError
+
+#: Environment variables read by :meth:`AISConfig.from_env` (the AIStore CLI's and SDK's names).
+ENV_VARS = {
+    "endpoint": "AIS_ENDPOINT",
+    "token": "AIS_AUTHN_TOKEN",
+    "ca_cert": "AIS_CLIENT_CA",
+    "client_cert": "AIS_CRT",
+    "client_key": "AIS_CRT_KEY",
+    "skip_verify": "AIS_SKIP_VERIFY_CRT",
+}
+
+_NO_ENDPOINT = (
+    "no AIStore endpoint is configured: pass url='http://host:port', "
+    "config=AISConfig(endpoint=...), or set AIS_ENDPOINT "
+    '(for a local cluster: eval "$(aisio playground up)")'
+)
+
+
+@dataclass(frozen=True)
+class AISConfig:
+    """Returns a validated, immutable description of how to reach an AIStore cluster.
+
+    Explicit arguments always win; the environment is read only by :meth:`from_env`. A config
+    holds no sockets, so it pickles into DataLoader2 workers; each process opens its own
+    connection pool lazily.
+
+    Args:
+        endpoint: the proxy's URL, e.g. ``http://127.0.0.1:51080``.
+        token: AuthN bearer token, sent on every request (never shown in ``repr``).
+        ca_cert: CA bundle to verify an HTTPS endpoint.
+        client_cert: client certificate (PEM) for mutual TLS.
+        client_key: the client certificate's key, when not inside ``client_cert``.
+        skip_verify: do not verify the server's certificate (warns once per process).
+        connect_timeout: seconds to establish a connection.
+        read_timeout: seconds to wait for the next bytes of an answer.
+        max_retries: attempts after the first on connection errors, timeouts, 429 and 5xx.
+        backoff: first retry delay in seconds; doubles each time, with full jitter.
+        backoff_max: the longest single delay.
+        max_pool_size: connections kept per host (proxy and each target).
+        page_size: objects per list-objects page (0: the server's default).
+    """
+
+    endpoint: str | None = None
+    token: str | None = dataclasses.field(default=None, repr=False)
+    ca_cert: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    skip_verify: bool = False
+    connect_timeout: float = 5.0
+    read_timeout: float = 60.0
+    max_retries: int = 5
+    backoff: float = 0.2
+    backoff_max: float = 10.0
+    max_pool_size: int = 16
+    page_size: int = 0
+
+    def __post_init__(self) -> None:
+        if self.endpoint is not None:
+            object.__setattr__(self, "endpoint", _normalize_endpoint(self.endpoint))
+        for name in ("connect_timeout", "read_timeout", "backoff_max"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"AISConfig.{name} must be a positive number of seconds")
+        if self.backoff < 0:
+            raise ConfigError("AISConfig.backoff must be >= 0 seconds")
+        if self.max_retries < 0:
+            raise ConfigError("AISConfig.max_retries must be >= 0 (0 disables retries)")
+        if self.max_pool_size < 1:
+            raise ConfigError("AISConfig.max_pool_size must be >= 1")
+        if self.page_size < 0:
+            raise ConfigError("AISConfig.page_size must be >= 0 (0 means the server's default)")
+        for name in ("ca_cert", "client_cert", "client_key"):
+            path = getattr(self, name)
+            if path is not None and not os.path.isfile(path):
+                raise ConfigError(f"AISConfig.{name} file {path!r} does not exist; fix the path")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> AISConfig:
+        """Returns a config from ``AIS_*`` environment variables, with ``overrides`` winning.
+
+        Example:
+            >>> AISConfig.from_env({"AIS_ENDPOINT": "http://127.0.0.1:8080"}).endpoint
+            'http://127.0.0.1:8080'
+        """
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for field, var in ENV_VARS.items():
+            raw = env.get(var)
+            if raw:
+                values[field] = raw.strip().lower() in ("1", "true", "yes") if field == (
+                    "skip_verify"
+                ) else raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def with_endpoint(self, endpoint: str | None) -> AISConfig:
+        """Returns this config with ``endpoint`` replaced when one is given."""
+        return self if endpoint is None else dataclasses.replace(self, endpoint=endpoint)
+
+    def require_endpoint(self) -> str:
+        """Returns the endpoint, or raises :class:`ConfigError` saying how to set one."""
+        if not self.endpoint:
+            raise ConfigError(_NO_ENDPOINT)
+        return self.endpoint
+
+
+def resolve_config(url: str | None = None, config: AISConfig | None = None, *,
+                   endpoint: str | None = None) -> AISConfig:
+    """Returns the effective config: the endpoint argument beats ``config`` beats the environment.
+
+    ``endpoint=`` is the name everywhere in aisio; ``url=`` is accepted as its spelling in the
+    removed AIStore/torchdata DataPipes.
+
+    Raises:
+        ConfigError: both are given, and differ.
+    """
+    if url is not None and endpoint is not None and url != endpoint:
+        raise ConfigError(
+            f"endpoint={endpoint!r} and url={url!r} name two endpoints: pass endpoint= alone "
+            "(url= is the older spelling of the same setting)")
+    base = config if config is not None else AISConfig.from_env()
+    return base.with_endpoint(endpoint if endpoint is not None else url)
+
+
+def _normalize_endpoint(endpoint: str) -> str:
+    parts = urlsplit(endpoint.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"AIStore endpoint {endpoint!r} is not an http(s) URL; "
+            "use the proxy's address, e.g. 'http://127.0.0.1:8080'"
+        )
+    if parts.query or parts.fragment:
+        raise ConfigError(f"AIStore endpoint {endpoint!r} must not have a query or fragment")
+    return endpoint.strip().rstrip("/")
+
+
+def cache_dir() -> Path:
+    """Returns aisio's cache directory (``$AISIO_CACHE_DIR``, else ``~/.cache/aisio``)."""
+    explicit = os.environ.get("AISIO_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "aisio"
