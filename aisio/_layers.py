@@ -16,6 +16,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("aisio.tools",),
     # importing on first use (keeps `import aisio` and the command free of torch)
     ("aisio._lazy",),
+    # trainers that checkpoint a loader: Lightning, Fabric, accelerate (optional extras)
+    ("aisio.trainers",),
     # front ends: one per loader framework, each a thin layer over the core
     ("aisio.loaders",),
     ("aisio.datapipes",),

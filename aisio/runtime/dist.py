@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from aisio.core.epochs import received
 from aisio.core.epochs.progress import merge_states, shard_list_id
 from aisio.core.faults.errors import ClusterError
 from aisio.core.order.streams import merge_order_states
@@ -62,7 +63,14 @@ def gather_state(loader: Any) -> dict[str, Any]:
     With ``uneven="keep"`` a rank that has received all of its share of the epoch (and left
     its loop) need not call it: its final state of the epoch stands in for it.
     """
-    state = loader.state_dict()
+    local = getattr(loader, "local_state_dict", None)
+    return merged_over_ranks(loader, local() if local is not None else loader.state_dict())
+
+
+def merged_over_ranks(loader: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """Returns ``state`` (this rank's, of ``loader``) merged with every other rank's at the
+    same step: a collective, or through the loader's :class:`StateExchange` where ranks may
+    have finished apart. In one process: ``state``."""
     if not initialized() or dist.get_world_size() < 2:
         return state
     exchange = getattr(loader, "exchange", None)
@@ -167,3 +175,7 @@ def _gloo() -> Any:
         _GROUPS[key] = (dist.group.WORLD if dist.get_backend() == "gloo"
                         else dist.new_group(backend="gloo", timeout=timedelta(minutes=30)))
     return _GROUPS[key]
+
+
+# A trainer that checkpoints on every rank at once gets every rank's progress (core/epochs).
+received.gather_over_ranks = merged_over_ranks

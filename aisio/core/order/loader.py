@@ -19,11 +19,13 @@ Framework-free: the front end passes its loader (``open_epoch``) and its collate
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from aisio.core.epochs.plan import EpochPlan
+from aisio.core.epochs.received import FollowsTrainer, Received
 from aisio.core.faults.errors import AISIOError, ConfigError, StateMismatchError, WorkerTraceback
 from aisio.core.faults.policy import SKIPPED, check_epoch
 from aisio.core.order.reader import Chunk, reader_rounds, reorder_window, rounds_per_item
@@ -170,7 +172,7 @@ class OrderSetup:
 OpenEpoch = Callable[[int, "dict[str, Any] | None"], Iterable[Any]]
 
 
-class OrderedLoader:
+class OrderedLoader(FollowsTrainer):
     """Iterates epochs of the deterministic order: each ``iter()`` yields this rank's batches.
 
     The same surface as :class:`~aisio.core.pipeline.loop.ResumableLoader` (``epoch``,
@@ -213,6 +215,8 @@ class OrderedLoader:
         self._window = reorder_window(plan, plan.rank_streams(setup.rank, setup.world), window)
         self._resume: dict[str, Any] | None = None
         self._reorderer: Reorderer | None = None
+        #: what counts as received: each batch as it is yielded, or as a trainer trains on it
+        self.received = Received()
         #: the underlying loader, kept across epochs
         self.current: Any = None
         #: called with ``(epoch, state)`` when this rank has received all of its share
@@ -235,24 +239,32 @@ class OrderedLoader:
         if self.timings is not None:
             self.timings.reset()
         self.current = self._open_epoch(epoch, state)
-        batches = reorderer.batches(_packs(self.current))
+        rounds = reorderer.rounds(_packs(self.current))
+        received = self.received
+        received.start()
         yielded, finished = 0, False
         try:
             while True:
-                batch = next(batches, None)
+                batch, receive = next(rounds, (None, _nothing))
+                while batch is not None and not batch:  # nothing of this rank in the round
+                    received.add(receive, batch=False)
+                    batch, receive = next(rounds, (None, _nothing))
                 if self._sync is not None and not self._sync(batch is not None):
                     break  # uneven="drop": a rank ran out, every rank stops here
                 if batch is None:
                     finished = True
                     break
                 values = [value for value in batch if value is not SKIPPED]
-                if not values:
-                    continue  # every sample of the round was skipped (on_error)
+                if not values:  # every sample of the round was skipped (on_error)
+                    received.add(receive, batch=False)
+                    continue
+                received.add(receive)
                 yielded += 1
                 yield self._collate(values) if self._collate is not None else values
         finally:
             if self._end_epoch is not None:
                 self._end_epoch()
+        received.flush()  # the epoch is over: a trainer has what it fetched
         if finished and self.on_finish is not None:
             self.on_finish(epoch, reorderer.state_dict())
         self.epoch = epoch + 1
@@ -262,7 +274,13 @@ class OrderedLoader:
     def state_dict(self) -> dict[str, Any]:
         """Returns what this rank's training loop received, as a small JSON-able dict (its
         streams: merge every rank's with :func:`aisio.gather_state`, or pass the list to
-        :meth:`load_state_dict`). Between epochs: the start of the next one."""
+        :meth:`load_state_dict`). Between epochs: the start of the next one. Under a trainer
+        integration (``aisio.trainers``): the batches the trainer trained on, of every rank."""
+        return self._for_caller(self.local_state_dict(), sys._getframe(1))
+
+    def local_state_dict(self) -> dict[str, Any]:
+        """Returns what this rank's training loop received (or trained on, under a trainer
+        integration), never gathered over the ranks."""
         if self._reorderer is not None:
             return self._reorderer.state_dict()
         setup = self.setup
@@ -304,6 +322,10 @@ class OrderedLoader:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({len(self.shards)} shards, epoch {self.epoch}, "
                 f"seed {self.seed}, {self.setup.streams} streams, batch {self.setup.batch})")
+
+
+def _nothing() -> None:
+    """The record of the end of the epoch."""
 
 
 def _packs(items: Iterable[Any]) -> Iterator[list[Chunk]]:

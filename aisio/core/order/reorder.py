@@ -18,7 +18,8 @@ loader bug.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from aisio.core.order.reader import Chunk, Trace
@@ -235,17 +236,28 @@ class Reorderer:
             shadow.versions.update(chunk.versions)
         return shadow
 
+    def rounds(self, packs: Iterable[Sequence[Chunk]]
+               ) -> Iterator[tuple[list[Any], Callable[[], None]]]:
+        """Yields this rank's part of each round (a list of samples, empty when the round has
+        nothing for this rank) with the function that records it as received: call each in
+        turn, when the training loop has the round (a trainer may fetch ahead)."""
+        for now, chunks in self._rounds(packs):
+            values = [value for chunk in chunks for value in chunk.values]
+            yield values, partial(self._receive, now, chunks, bool(values))
+
+    def _receive(self, now: int, chunks: list[Chunk], any_values: bool) -> None:
+        for chunk in chunks:
+            self._opened(chunk).record(chunk.trace)
+            self._mark(chunk)
+        if any_values:
+            self.round = now
+
     def batches(self, packs: Iterable[Sequence[Chunk]]) -> Iterator[list[Any]]:
         """Yields this rank's part of each round (a list of samples; rounds with nothing for
         this rank are left out), recorded as received as it is yielded."""
-        for now, chunks in self._rounds(packs):
-            values: list[Any] = []
-            for chunk in chunks:
-                self._opened(chunk).record(chunk.trace)
-                self._mark(chunk)
-                values.extend(chunk.values)
+        for values, receive in self.rounds(packs):
+            receive()
             if values:
-                self.round = now
                 yield values
 
     def samples(self, packs: Iterable[Sequence[Chunk]]) -> Iterator[Any]:

@@ -11,10 +11,13 @@ yields the value: ``state_dict()`` then describes exactly what the training loop
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from aisio.core.epochs.progress import EpochProgress, check_state, merge_states
+from aisio.core.epochs.received import FollowsTrainer, Received
 from aisio.core.faults.errors import StateMismatchError, WorkerTraceback
 from aisio.core.faults.policy import check_epoch
 from aisio.core.faults.report import ErrorReport
@@ -25,7 +28,7 @@ from aisio.core.transport.delivery import Delivery, Failure
 OpenEpoch = Callable[[int, "dict[str, Any] | None"], Iterable[Any]]
 
 
-class ResumableLoader:
+class ResumableLoader(FollowsTrainer):
     """Iterates epochs of a loader and keeps what the training loop received, to resume.
 
     Each ``iter()`` is one epoch (the next one, or the one a loaded state is in). Every epoch
@@ -75,6 +78,8 @@ class ResumableLoader:
         self._sync = sync
         self._resume: dict[str, Any] | None = None
         self._progress: EpochProgress | None = None
+        #: what counts as received: each batch as it is yielded, or as a trainer trains on it
+        self.received = Received()
         #: the underlying loader (a DataLoader2, DataLoader or nodes Loader), kept across epochs
         self.current: Any = None
         #: called with ``(epoch, state)`` when this process has received all of its share of
@@ -96,6 +101,8 @@ class ResumableLoader:
             resume = None
             self._progress = EpochProgress(self.shards, self.seed, epoch)
         progress = self._progress
+        received = self.received
+        received.start()
         skipped_before = len(self.report) if self.report is not None else 0
         yielded = 0
         if self.timings is not None:
@@ -106,8 +113,9 @@ class ResumableLoader:
         try:
             while True:
                 item = next(items, _END)
-                while isinstance(item, Delivery) and item.empty:
-                    progress.record(item.positions, item.versions)  # only skipped samples
+                while isinstance(item, Delivery) and item.empty:  # only skipped samples
+                    received.add(partial(progress.record, item.positions, item.versions),
+                                 batch=False)
                     item = next(items, _END)
                 if self._sync is not None and not self._sync(item is not _END):
                     break  # uneven="drop": a rank ran out, every rank stops here
@@ -119,13 +127,16 @@ class ResumableLoader:
                         raise item.error
                     raise item.error from WorkerTraceback(item.traceback)
                 if isinstance(item, Delivery):
-                    progress.record(item.positions, item.versions)
+                    received.add(partial(progress.record, item.positions, item.versions))
                     item = item.unpack()  # out of shared memory, if it came that way
+                else:
+                    received.add(_nothing)  # no positions (a loader that cannot resume)
                 yielded += 1
                 yield item
         finally:
             if self._end_epoch is not None:
                 self._end_epoch()
+        received.flush()  # the epoch is over: a trainer has what it fetched
         if finished and self.on_finish is not None:
             self.on_finish(epoch, progress.state_dict())
         self.epoch = epoch + 1
@@ -139,7 +150,9 @@ class ResumableLoader:
 
         Mid-epoch: the epoch's progress. Between epochs: the start of the next one. With
         several ranks, each rank's state covers its own shards: save them all (see
-        :func:`aisio.merge_states`, or :func:`aisio.gather_state` to collect them).
+        :func:`aisio.merge_states`, or :func:`aisio.gather_state` to collect them). Under a
+        trainer integration (``aisio.trainers``): the batches the trainer trained on, of
+        every rank.
 
         Raises:
             StateMismatchError: the loader cannot be resumed (``post=``, resampled shards).
@@ -148,6 +161,11 @@ class ResumableLoader:
             raise StateMismatchError(
                 "this loader cannot say what the training loop received (resampled=True or "
                 "post= hides the samples' positions); drop them to checkpoint mid-epoch")
+        return self._for_caller(self.local_state_dict(), sys._getframe(1))
+
+    def local_state_dict(self) -> dict[str, Any]:
+        """Returns what this process's training loop has received (or trained on, under a
+        trainer integration), never gathered over the ranks."""
         if self._progress is not None:
             return self._progress.state_dict()
         if self._resume is not None:  # loaded, not started: the same progress, as a state
@@ -187,3 +205,7 @@ class ResumableLoader:
 
 
 _END = object()
+
+
+def _nothing() -> None:
+    """The record of an item without positions."""

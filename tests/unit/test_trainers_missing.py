@@ -1,0 +1,64 @@
+"""The trainer integrations are optional extras: aisio imports without them, and importing an
+integration whose trainer is missing names what to install."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from aisio.core.epochs.received import FollowsTrainer, Received
+from aisio.core.faults.errors import LoaderUnavailableError
+from aisio.trainers.callback import TrainedBatches
+
+
+@pytest.mark.parametrize("module, blocked, names", [
+    ("aisio.trainers.pytorch_lightning", "pytorch_lightning", "pip install 'aisio[lightning]'"),
+    ("aisio.trainers.lightning", "lightning", "pip install lightning"),
+])
+def test_a_missing_trainer_names_the_extra(module: str, blocked: str, names: str,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, blocked, None)  # as if it were not installed
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    with pytest.raises(LoaderUnavailableError, match="needs") as caught:
+        importlib.import_module(module)
+    assert names in str(caught.value)
+
+
+def test_aisio_imports_no_trainer() -> None:
+    code = ("import sys, aisio, aisio.trainers; "
+            "print(sorted(m for m in ('lightning', 'pytorch_lightning', 'lightning_fabric', "
+            "'accelerate') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
+
+
+class Loader(FollowsTrainer):
+    def __init__(self) -> None:
+        self.received = Received()
+
+
+def test_the_callback_follows_every_aisio_train_loader_and_counts_each_step() -> None:
+    a, b = Loader(), Loader()
+    trainer = SimpleNamespace(train_dataloader={"a": a, "rest": [b, object()]})
+    callback = TrainedBatches()
+    callback.on_train_start(trainer, None)
+    assert a.received.following and b.received.following
+    for loader in (a, b):
+        loader.received.start()
+        loader.received.add(lambda: None)
+        loader.received.add(lambda: None)
+    callback.on_train_batch_end(trainer, None, None, None, 0)
+    assert (a.received.ahead, b.received.ahead) == (1, 1)
+
+
+def test_the_callback_tolerates_a_trainer_without_loaders() -> None:
+    callback = TrainedBatches()
+    trainer: Any = SimpleNamespace(train_dataloader=None)
+    callback.on_train_epoch_start(trainer, None)
+    callback.on_train_batch_end(trainer, None, None, None, 0)
