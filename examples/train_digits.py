@@ -36,11 +36,14 @@ from aisio.core.store.client import client_for
 from aisio.core.store.urls import parse_ais_url
 
 
-def write_shards(bucket: str, workdir: Path, per_shard: int, endpoint: str) -> str:
-    """Writes the digits as PNG + cls WebDataset shards and uploads each one; returns a template."""
+def write_shards(bucket: str, workdir: Path, per_shard: int, endpoint: str,
+                 limit: int | None = None) -> str:
+    """Writes the digits (the first ``limit``) as PNG + cls WebDataset shards and uploads each
+    one; returns a template."""
     client = client_for(aisio.AISConfig(endpoint=endpoint))
     client.create_bucket(parse_ais_url(bucket).bucket, exist_ok=True)
     digits = load_digits()
+    images, targets = digits.images[:limit], digits.target[:limit]
     uploaded: list[str] = []
 
     def upload(path: str) -> None:
@@ -52,11 +55,11 @@ def write_shards(bucket: str, workdir: Path, per_shard: int, endpoint: str) -> s
 
     pattern = str(workdir / "digits-%04d.tar")
     with wds.ShardWriter(pattern, maxcount=per_shard, post=upload, verbose=0) as sink:
-        for i, (image, label) in enumerate(zip(digits.images, digits.target, strict=True)):
+        for i, (image, label) in enumerate(zip(images, targets, strict=True)):
             png = io.BytesIO()
             Image.fromarray((image * 255 / 16).astype(np.uint8), mode="L").save(png, "PNG")
             sink.write({"__key__": f"sample{i:05d}", "png": png.getvalue(), "cls": int(label)})
-    print(f"uploaded {len(digits.images)} samples as {len(uploaded)} shards to {bucket}/")
+    print(f"uploaded {len(images)} samples as {len(uploaded)} shards to {bucket}/")
     return f"{bucket}/digits-{{0000..{len(uploaded) - 1:04d}}}.tar"
 
 
