@@ -112,7 +112,7 @@ def test_a_shard_rewritten_since_the_checkpoint_is_refused(
     """The same names and sample layout, new bytes (and 5 more samples per shard): the state
     names the content of every shard a resume reads again, so the resume refuses it rather
     than go on from byte offsets into other data."""
-    template, _ = write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=40)
+    template, _ = write_shards(ais_client, bucket, tmp_path, shards=4, per_shard=40)
     loader = _loader(kind, template, ais_endpoint, 1)
     try:
         _keys(loader, stop=6)
@@ -121,7 +121,7 @@ def test_a_shard_rewritten_since_the_checkpoint_is_refused(
         loader.shutdown()
     named = {shard for entry in state["state"].values() if entry != "done" for shard in entry[6]}
     assert named, state["state"]
-    write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=45)
+    write_shards(ais_client, bucket, tmp_path, shards=4, per_shard=45)
     resumed = _loader(kind, template, ais_endpoint, 1)
     resumed.load_state_dict(state)
     try:

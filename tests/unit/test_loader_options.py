@@ -117,7 +117,30 @@ def test_the_order_options_answer_back(kind: str, options: dict[str, Any], match
 def test_the_deterministic_order_takes_the_global_batch(kind: str) -> None:
     loader = LOADERS[kind](SHARDS, url=ENDPOINT, order="deterministic", batch_size=12, seed=1)
     try:
-        assert loader.setup.streams == 4  # gcd(12, 8)
+        assert loader.setup.streams == 2  # the largest divisor of 12 up to 8 and the 2 shards
         assert loader.state_dict()["batch"] == 12
     finally:
         loader.shutdown()
+
+
+@pytest.mark.parametrize("kind", sorted(LOADERS))
+def test_the_default_streams_leave_no_stream_without_a_shard(kind: str) -> None:
+    """5 shards, batch 16: K=8 left 3 streams empty and every batch had 10 samples; the
+    default is now the largest divisor of 16 up to 8 and up to the 5 shards."""
+    five = [f"ais://b/s-{i}.tar" for i in range(5)]
+    loader = LOADERS[kind](five, url=ENDPOINT, order="deterministic", batch_size=16, seed=1)
+    try:
+        assert loader.setup.streams == 4
+    finally:
+        loader.shutdown()
+
+
+@pytest.mark.parametrize("kind", sorted(LOADERS))
+def test_more_streams_than_shards_warn_at_construction_with_the_fix(kind: str) -> None:
+    five = [f"ais://b/s-{i}.tar" for i in range(5)]
+    with pytest.warns(UserWarning, match=r"streams=8 over 5 shards: 3 of the 8 streams have no "
+                                         r"shard, so every batch has at most 10 of the 16 "
+                                         r"samples asked for; streams=1 gives batches of 16"):
+        loader = LOADERS[kind](five, url=ENDPOINT, order="deterministic", batch_size=16,
+                               streams=8, seed=1)
+    loader.shutdown()

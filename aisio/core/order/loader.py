@@ -27,7 +27,7 @@ from typing import Any
 from aisio.core.epochs.plan import EpochPlan
 from aisio.core.epochs.received import FollowsTrainer, Received
 from aisio.core.faults.errors import AISIOError, ConfigError, StateMismatchError, WorkerTraceback
-from aisio.core.faults.policy import SKIPPED, check_epoch
+from aisio.core.faults.policy import SKIPPED, check_epoch, warn_in_user_code
 from aisio.core.order.reader import Chunk, reader_rounds, reorder_window, rounds_per_item
 from aisio.core.order.reorder import Reorderer
 from aisio.core.order.streams import OrderPlan, check_order_state, merge_order_states
@@ -39,8 +39,31 @@ ORDERS = ("fast", "deterministic")
 """The values of ``order=``."""
 
 STREAMS_CAP = 8
-"""Without ``streams=``, ``K`` is the largest divisor of the global batch size up to this that
-is a power of two: ``gcd(batch_size, 8)`` (64 -> 8, 12 -> 4, 10 -> 2, 7 -> 1)."""
+"""Without ``streams=``, ``K`` is the largest divisor of the global batch size up to this and
+up to the number of shards (a stream without a shard would leave its share of every batch
+empty) that the ranks divide (:func:`default_streams`)."""
+
+
+def default_streams(batch: int, shards: int, world: int) -> int | None:
+    """Returns ``K`` when ``streams=`` is not given: the largest divisor of ``batch`` that is
+    at most :data:`STREAMS_CAP` and ``shards`` and a multiple of ``world`` (None: there is
+    none, and the caller names what fits)."""
+    cap = max(1, min(STREAMS_CAP, shards))
+    fits = [k for k in range(1, cap + 1) if batch % k == 0 and k % world == 0]
+    return max(fits) if fits else None
+
+
+def uneven_streams(batch: int, shards: int, streams: int) -> str | None:
+    """Returns why every batch of ``streams`` over fewer ``shards`` is short, and which
+    ``streams=`` is not, or None when every stream has a shard."""
+    if shards >= streams:
+        return None  # (uneven shard counts shrink only the last rounds: see the docs)
+    why = (f"{streams - shards} of the {streams} streams have no shard, so every batch has at "
+           f"most {batch * shards // streams} of the {batch} samples asked for")
+    even = [k for k in range(1, min(batch, shards) + 1) if batch % k == 0 and shards % k == 0]
+    return (f"streams={streams} over {shards} shards: {why}; streams={max(even)} gives "
+            f"batches of {batch} wherever the shards' samples allow (streams= divides both "
+            "batch_size and the number of shards)")
 
 
 def is_deterministic(order: str, where: str) -> bool:
@@ -117,7 +140,8 @@ class OrderSetup:
               where: str) -> OrderSetup:
         """Returns the setup, the streams and batch size checked against the ranks."""
         batch = int(spec.batch_size or 0)
-        k = math.gcd(batch, STREAMS_CAP) if streams is None else int(streams)
+        k = (default_streams(batch, len(shards), world) or math.gcd(batch, STREAMS_CAP)
+             if streams is None else int(streams))
         if k < 1 or batch % k:
             divisors = [d for d in range(1, min(batch, 64) + 1) if batch % d == 0]
             raise ConfigError(
@@ -131,6 +155,9 @@ class OrderSetup:
         if batch % world:
             raise ConfigError(f"{where}(order=\"deterministic\"): {world} ranks cannot share "
                               f"the global batch_size={batch}; pass a multiple of {world}")
+        shrink = uneven_streams(batch, len(shards), k)
+        if shrink is not None:
+            warn_in_user_code(f"{where}(order=\"deterministic\"): {shrink}")
         return cls(tuple(shards), spec, seed, k, batch, rank, world, epochs)
 
     def plan(self, epoch: int) -> OrderPlan:
@@ -339,4 +366,5 @@ def _packs(items: Iterable[Any]) -> Iterator[list[Chunk]]:
 
 
 __all__ = ["ORDERS", "STREAMS_CAP", "OrderSetup", "OrderedLoader", "check_ordered_options",
+           "default_streams", "uneven_streams",
            "is_deterministic", "refuse_streams"]
