@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import getpass
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +52,21 @@ def _stderr(msg: str) -> None:
 
 
 def default_playground_dir() -> Path:
-    """Returns the directory of the default playground (``$AISIO_PLAYGROUND_DIR`` or the cache)."""
+    """Returns the directory of the default playground: ``$AISIO_PLAYGROUND_DIR``, or this
+    user's own under the cache (named by uid, so a cache shared between users shares no
+    playground)."""
     explicit = os.environ.get("AISIO_PLAYGROUND_DIR")
-    return Path(explicit) if explicit else cache_dir() / "playground"
+    return Path(explicit) if explicit else cache_dir() / f"playground-{os.getuid()}"
+
+
+def _owner() -> dict[str, Any]:
+    """Who starts a playground: written to its state, shown to whoever finds it running."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return {"uid": os.getuid(), "user": user, "cwd": os.getcwd(),
+            "started": datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")}
 
 
 def node_binary_path(version: str = AISTORE_VERSION, tags: tuple[str, ...] = BUILD_TAGS) -> Path:
@@ -269,6 +283,8 @@ class Playground:
         self.log = log
         self.nodes: list[Node] = []
         self.endpoint: str | None = None
+        #: who started the running playground (``uid``, ``user``, ``cwd``, ``started``)
+        self.owner: dict[str, Any] | None = None
         self._procs: dict[int, subprocess.Popen[bytes]] = {}  # the nodes this object started
 
     # ---- state -------------------------------------------------------------------------------
@@ -278,7 +294,8 @@ class Playground:
 
     def _save_state(self) -> None:
         nodes = [asdict(n) for n in self.nodes]
-        state = {"endpoint": self.endpoint, "tls": self.tls, "nodes": nodes}
+        state = {"endpoint": self.endpoint, "tls": self.tls, "nodes": nodes,
+                 "owner": self.owner or _owner()}
         self.state_file.write_text(json.dumps(state, indent=2))
 
     def _load_state(self) -> bool:
@@ -289,7 +306,22 @@ class Playground:
         self.endpoint = state["endpoint"]
         self.tls = tuple(state["tls"]) if state.get("tls") else None
         self.nodes = [Node(**n) for n in state["nodes"]]
+        self.owner = state.get("owner")
         return True
+
+    def _started_by(self) -> str:
+        owner = self.owner or {}
+        return (f"started by {owner.get('user', '?')} at {owner.get('started', '?')} from "
+                f"{owner.get('cwd', '?')}")
+
+    def _check_owner(self, doing: str) -> None:
+        """Raises :class:`PlaygroundError` when this playground runs for another user."""
+        owner = self.owner or {}
+        if owner.get("uid", os.getuid()) != os.getuid() and self.running_nodes():
+            raise PlaygroundError(
+                f"the playground in {self.root} is another user's ({self._started_by()}); "
+                f"aisio will not {doing} it: use a directory of your own with --dir DIR "
+                "(or AISIO_PLAYGROUND_DIR)")
 
     def running_nodes(self) -> list[Node]:
         """Returns the nodes of this playground whose processes are alive."""
@@ -301,8 +333,10 @@ class Playground:
     def up(self, timeout: float = READY_TIMEOUT) -> str:
         """Returns the endpoint of a ready cluster, starting it unless it already runs."""
         running = self._load_state() and len(self.running_nodes()) == len(self.nodes)
+        self._check_owner("use")
         if running and self.endpoint and self.ready():
-            self.log(f"aisio: playground already running at {self.endpoint}")
+            self.log(f"aisio: attached to the playground already running at {self.endpoint} "
+                     f"({self._started_by()}; data in {self.root})")
             return self.endpoint
         self.down(quiet=True)
         binary = self.binary or build_node(log=self.log)
@@ -415,6 +449,7 @@ class Playground:
         """Stops every node (SIGTERM, then SIGKILL after ``timeout``); ``wipe`` deletes the data."""
         if not self.nodes:
             self._load_state()
+        self._check_owner("stop")
         if self.endpoint:  # the local ETLs that read from this cluster go first
             from aisio.localetl import stop_all
 
@@ -439,6 +474,7 @@ class Playground:
             self.log(f"aisio: stopped {len(alive)} AIStore node(s) at {self.endpoint}")
         self.state_file.unlink(missing_ok=True)
         self.nodes = []
+        self.owner = None
         if wipe:
             shutil.rmtree(self.root, ignore_errors=True)
             if not quiet:
@@ -454,8 +490,8 @@ class Playground:
         etls = [{"name": e.name, "pid": e.pid, "url": e.url, "source": e.source}
                 for e in local_etls(self.endpoint).values()]
         return {"running": any(n["alive"] for n in nodes), "ready": self.ready(),
-                "endpoint": self.endpoint, "root": str(self.root), "nodes": nodes,
-                "local_etls": etls}
+                "endpoint": self.endpoint, "root": str(self.root), "owner": self.owner,
+                "nodes": nodes, "local_etls": etls}
 
     def kill_node(self, name: str) -> Node:
         """Stops one node abruptly (SIGKILL), for failure tests; returns it for :meth:`restart`."""

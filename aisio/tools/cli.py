@@ -262,8 +262,8 @@ def _endpoint_problem(argv: Sequence[str], exc: AISIOError) -> str | None:
         return _target_problem(endpoint, where)  # an AIStore node: a proxy, or a target?
     kind = answer.headers.get("Content-Type", "").split(";")[0] or "no content type"
     return (f"{endpoint} is not an AIStore endpoint: GET /v1/health answered HTTP "
-            f"{answer.status_code} ({kind}); check {where} (`aisio playground status` shows "
-            "a local cluster's endpoint)")
+            f"{answer.status_code} ({kind}); check {where} (`aisio playground status "
+            "[--dir DIR]` shows a local cluster's endpoint)")
 
 
 def _target_problem(endpoint: str, where: str) -> str | None:

@@ -158,7 +158,8 @@ def error_from_status(
             status=status,
         )
     if tcode in FORMING_TCODES:
-        hint = "the cluster did not finish (re)forming in time; check `aisio playground status`"
+        hint = ("the cluster did not finish (re)forming in time; check "
+                "`aisio playground status [--dir DIR]`")
     elif status in RETRY_STATUSES:
         hint = "retries ran out; the cluster is busy or failing"
     else:
@@ -197,7 +198,7 @@ def error_from_exception(exc: BaseException, *, url: str, what: str,
         where = "" if offset is None else f" at byte {offset}"
         return AISConnectionError(
             f"connection failed while {what} {url}{where} ({type(exc).__name__}: {exc}) and "
-            "retries ran out; check that the cluster is up (`aisio playground status`) and "
-            "AIS_ENDPOINT", url=url, offset=offset,
+            "retries ran out; check that the cluster is up (`aisio playground status "
+            "[--dir DIR]`) and AIS_ENDPOINT", url=url, offset=offset,
         )
     return AISRequestError(f"{what} {url} failed: {type(exc).__name__}: {exc}", url=url)
