@@ -16,7 +16,6 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NoReturn
 
@@ -24,7 +23,7 @@ from aisio.core.faults.errors import AISIOError
 from aisio.core.store.config import AISConfig
 from aisio.playground import Playground, build_node, default_playground_dir
 from aisio.tools.args import endpoint_config, positive
-from aisio.tools.display import Progress, human_bytes, text_table
+from aisio.tools.display import Progress, human_bytes, iso_time, text_table
 
 if TYPE_CHECKING:
     from aisio.core.store.client import ObjectReader
@@ -85,10 +84,8 @@ def _stat(args: argparse.Namespace) -> int:
     size = props.get("size", "")
     if size.isdigit():
         props["size"] = f"{size} ({human_bytes(int(size))})"
-    atime = props.get("atime", "")
-    if atime.isdigit():  # nanoseconds since the epoch
-        when = datetime.fromtimestamp(int(atime) / 1e9, tz=timezone.utc)
-        props["atime"] = when.isoformat(timespec="seconds")
+    if "atime" in props:
+        props["atime"] = iso_time(props["atime"])
     props.pop("name", None)
     rows = [["name", args.object], *([k, v] for k, v in sorted(props.items()))]
     print(text_table(["PROPERTY", "VALUE"], rows))

@@ -11,6 +11,7 @@ import io
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
 from typing import Any, TextIO
 
 _IEC_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
@@ -243,3 +244,19 @@ __all__ = [
     "text_table",
     "thumbnail_uri",
 ]
+
+
+def iso_time(value: str) -> str:
+    """Returns an AIStore time as ISO 8601 (``2026-11-25T10:04:00+00:00``): nanoseconds since
+    the epoch (HEAD's ``atime``), or the listing's RFC 822 form in UTC (``25 Nov 26 10:04
+    UTC``, whose day, month and year read differently around the world); else as it is."""
+    if value.isdigit():
+        when = datetime.fromtimestamp(int(value) / 1e9, tz=timezone.utc)
+    elif value.endswith((" UTC", " GMT")):
+        try:
+            when = datetime.strptime(value[:-4], "%d %b %y %H:%M").replace(tzinfo=timezone.utc)
+        except ValueError:
+            return value
+    else:
+        return value
+    return when.isoformat(timespec="seconds")

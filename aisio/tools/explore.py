@@ -19,7 +19,7 @@ from aisio.core.store.client import Client, client_for
 from aisio.core.store.config import AISConfig, resolve_config
 from aisio.core.store.sources import expand, explained, one_object, resolve_one
 from aisio.core.store.urls import SCHEMES, Bucket
-from aisio.tools.display import html_table, human_bytes, human_count, plural, text_table
+from aisio.tools.display import html_table, human_bytes, human_count, iso_time, plural, text_table
 
 #: Extensions counted as shards in :class:`BucketSummary` (the rest are plain objects).
 SHARD_EXTENSIONS = (".tar", ".tgz", ".tar.gz", ".tar.lz4", ".zip")
@@ -168,6 +168,8 @@ def ls(
 def _entry(bucket: Bucket, raw: dict[str, Any]) -> ObjectEntry:
     props = {k: str(v) for k, v in raw.items()
              if k in ("version", "checksum", "atime") and v not in (None, "")}
+    if "atime" in props:
+        props["atime"] = iso_time(props["atime"])
     return ObjectEntry(bucket.uri(raw["name"]), int(raw.get("size") or 0), props)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -297,3 +298,18 @@ def test_put_mistakes_are_one_line(cli: Run, bucket: Bucket, tmp_path: Path) -> 
     assert code == 1 and "no such file or folder" in err
     code, _, err = cli("put", str(tmp_path / "a"), "ais://b/s-{0..1}.tar")
     assert code == 1 and "is a template" in err
+
+
+def test_names_that_miss_point_at_what_exists(cli: Run, bucket: Bucket,
+                                              filled: dict[str, bytes]) -> None:
+    """#29 item 7: a name without its extension names the object (not a generic template);
+    a bucket typo names the near bucket (not "create it"); listing dates are ISO 8601."""
+    code, _, err = cli("stat", bucket.uri("notes/a"))
+    assert code == 1 and f"did you mean {bucket.uri('notes/a.txt')}?" in err, err
+    assert "shard-{0000..0099}" not in err
+    typo = bucket.name[:-1] + ("x" if bucket.name[-1] != "x" else "y")
+    code, _, err = cli("stat", f"ais://{typo}/notes/a.txt")
+    assert code == 1 and "does not exist: did you mean" in err and bucket.uri() in err, err
+    assert "create it" not in err
+    code, out, _ = cli("ls", "-l", bucket.uri("notes/"))
+    assert code == 0 and re.search(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", out), out

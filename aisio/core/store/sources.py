@@ -34,16 +34,22 @@ every stage and every worker.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from aisio.core.faults.errors import AISIOError, InvalidURLError, ObjectNotFoundError
+from aisio.core.faults.errors import (
+    AISIOError,
+    BucketNotFoundError,
+    InvalidURLError,
+    ObjectNotFoundError,
+)
 from aisio.core.store.etl import parse_read_url
 from aisio.core.store.sdk import sdk_paths
-from aisio.core.store.urls import ETL, AISPath, expand_template, parse_ais_url
+from aisio.core.store.urls import ETL, AISPath, Bucket, expand_template, parse_ais_url
 
 if TYPE_CHECKING:
     from aisio.core.store.client import Client
@@ -347,8 +353,10 @@ def explain_missing(client: Client, path: AISPath, error: ObjectNotFoundError
         fix = f"did you mean the prefix {path.bucket.uri(path.obj + '/')}"
     elif template is not None:
         fix = f"did you mean the template {path.bucket.uri(template)}"
+    elif len(names) == 1 and not more:
+        fix = f"did you mean {path.bucket.uri(names[0])}"
     else:
-        fix = "did you mean a template (shard-{0000..0099}.tar) or a list of them"
+        fix = "did you mean one of them, or a list of them"
     fixed = ObjectNotFoundError(
         f"object {path.uri()} does not exist, but {count} object name(s) start with it "
         f"({shown}): {fix}? A reader takes a name as one object, unless it ends in '/' or is a "
@@ -359,7 +367,8 @@ def explain_missing(client: Client, path: AISPath, error: ObjectNotFoundError
 
 def explained(client: Client, path: AISPath, action: Callable[[], T]) -> T:
     """Returns ``action()``; when it raises ObjectNotFoundError for ``path``, raises what
-    :func:`explain_missing` makes of it instead."""
+    :func:`explain_missing` makes of it instead, and for a missing bucket, names the
+    cluster's buckets whose names are close to it."""
     try:
         return action()
     except ObjectNotFoundError as exc:
@@ -367,6 +376,27 @@ def explained(client: Client, path: AISPath, action: Callable[[], T]) -> T:
         if better is exc:
             raise
         raise better from exc
+    except BucketNotFoundError as exc:
+        near = near_buckets(client, path.bucket.name)
+        if not near:
+            raise
+        named = " or ".join(Bucket(name, path.bucket.provider).uri()
+                            for name in near)
+        raise BucketNotFoundError(
+            f"bucket {path.bucket.uri()} does not exist: did you mean {named}? "
+            f"({path.uri()})", url=exc.url, status=exc.status) from exc
+
+
+def near_buckets(client: Client, name: str) -> list[str]:
+    """Returns the names of the cluster's buckets close to ``name`` (a typo's likely target),
+    closest first; none when the listing fails."""
+    try:
+        answer = client.request("GET", f"{client.endpoint}/v1/buckets/", name=client.endpoint,
+                                what="listing buckets")
+        names = [b["name"] for b in answer.json() or []]
+    except (AISIOError, ValueError, KeyError, TypeError):
+        return []
+    return difflib.get_close_matches(name, names, n=2, cutoff=0.6)
 
 
 def prefixes_for(source: Any, prefix_map: Mapping[Any, str | Sequence[str]] | None) -> list[str]:
