@@ -220,6 +220,14 @@ def test_every_internal_link_and_anchor_resolves(site: Path) -> None:
     assert not broken, "\n".join(broken[:50])
 
 
+def test_the_readme_links_to_files_of_the_repository() -> None:
+    text = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    local = [link for link in links if not urlsplit(link).scheme]
+    assert local, "the README links into the docs"
+    assert [link for link in local if not (ROOT / urlsplit(link).path).exists()] == []
+
+
 def test_a_page_renders_text_a_person_can_read(site: Path, browser: list[str],
                                                tmp_path: Path) -> None:
     from PIL import Image
