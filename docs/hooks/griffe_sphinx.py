@@ -8,7 +8,10 @@ sources are not touched):
 - ``:role:`target``` into a cross-reference to the rendered object when the target resolves
   (``~`` shows the last name only, ``.name`` is relative to the module), else into code;
 - ``Example:`` into ``Examples:``, the section griffe parses into text and doctest blocks;
-- a trailing ``::`` into ``:`` (the indented block after it is code in both languages).
+- a trailing ``::`` into ``:`` (the indented block after it is code in both languages);
+- on an entry point decorated with ``documents_pipe_options`` (which appends the pipeline
+  options to its ``__doc__`` when the module is imported, and a static reader never sees it),
+  a pointer to where those options are documented: :func:`aisio.webdataset_pipe`.
 """
 
 from __future__ import annotations
@@ -28,8 +31,14 @@ class SphinxRoles(griffe.Extension):
 
     def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
         for obj in _walk(pkg):
-            if obj.docstring is not None:
-                obj.docstring.value = rewrite(obj.docstring.value, obj, pkg)
+            if obj.docstring is None:
+                continue
+            text = obj.docstring.value
+            decorators = getattr(obj, "decorators", ())
+            if any("documents_pipe_options" in str(d.value) for d in decorators):
+                text += ("\n\nPipeline options (the ``**options`` above, the same for every "
+                         "loader): every option of :func:`aisio.webdataset_pipe` after ``shards``.")
+            obj.docstring.value = rewrite(text, obj, pkg)
 
 
 def _walk(obj: griffe.Object) -> Any:
