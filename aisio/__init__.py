@@ -1,14 +1,8 @@
 """aisio: AIStore for PyTorch — list, stream and parse WebDataset shards into any PyTorch loader.
 
-The layout (each part imports only the ones above it):
-
-- :mod:`aisio.core`: framework-free: names and sources, config, errors, the HTTP client and
-  Get-Batch, tar parsing, sample grouping, decoding, the shard cache and the skip report.
-- :mod:`aisio.datapipes`: the DataPipes front end (``AISFileLister``, ``AISFileLoader``, ...)
-  and the DataLoader2 pipeline.
-- :mod:`aisio.tools`: the ``aisio`` command and the Jupyter views (``aisio.tools.ls``, ...).
-- :mod:`aisio.playground`: a local AIStore (one proxy, N targets on 127.0.0.1) for tests and demos;
-  :mod:`aisio.localetl` runs an AIStore SDK ETL class beside it.
+The user's API is what this module re-exports in ``__all__``. The package's parts and the one
+direction of imports between them are written once, in :mod:`aisio._layers`, and drawn in
+docs/design/architecture.md.
 
 Example:
     >>> import aisio                                                        # doctest: +SKIP

@@ -9,8 +9,26 @@
 # AISIO_CACHE_DIR defaults to ~/.cache/aisio. Safe to run again: a warm run takes seconds.
 # `scripts/bootstrap.sh --lock [uv pip compile options]` recompiles both locks from
 # requirements/*.in and pyproject.toml (pins already in the locks are kept unless upgraded).
+# `scripts/bootstrap.sh --browser` installs Debian's Chromium where it is missing (the docs'
+# browser test, tests/docs, opens the built site in it; `make docs` runs this first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = --browser ]; then
+  for name in chromium chromium-browser google-chrome; do
+    command -v "$name" >/dev/null 2>&1 && exit 0
+  done
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "aisio: installing Chromium with apt-get, for the docs' browser test" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      chromium fonts-dejavu-core >/dev/null
+  else
+    echo "aisio: Chromium is missing and apt-get cannot run here as root: install Debian's" \
+      "chromium package to run the docs' browser test (tests/docs)" >&2
+  fi
+  exit 0
+fi
 
 CACHE="${AISIO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/aisio}"
 PYTHON="${PYTHON:-python3}"

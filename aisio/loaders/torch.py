@@ -205,8 +205,8 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
         order: ``"fast"`` (each worker's own stream: the fastest, exactly once after any
             resume) or ``"deterministic"`` (the batches are a function of the seed, epoch,
             shard list, ``batch_size``, ``streams`` and ``shuffle_buffer`` alone: the same on
-            any number of workers and ranks, and after a resume on any other; see the README,
-            "The same order after any resume"). There ``batch_size`` is the *global* batch
+            any number of workers and ranks, and after a resume on any other; see
+            docs/guide/order.md). There ``batch_size`` is the *global* batch
             (required: each of R ranks yields ``batch_size / R`` samples a step, made in the
             training process), ``shuffle_buffer`` is per stream, and ``drop_last``,
             ``decode_threads`` are refused.

@@ -241,8 +241,8 @@ def test_the_articles_call_signature_is_accepted(ais_endpoint: str) -> None:
 
 
 def readme_section(title: str) -> list[tuple[str, str]]:
-    """Returns the ``(language, code)`` blocks of the README section with this title."""
-    text = (ROOT / "README.md").read_text()
+    """Returns the ``(language, code)`` blocks of the quick start's section with this title."""
+    text = (ROOT / "docs" / "quickstart.md").read_text()
     section = text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```(python|bash)\n(.*?)```", section, flags=re.S)
 
@@ -268,7 +268,7 @@ def test_readme_folder_of_images_to_shards_in_a_bucket(
     for lang, code in blocks:
         code = code.replace("ais://bucket", bucket)
         if lang == "python":
-            exec(compile(code, "README.md", "exec"), namespace)
+            exec(compile(code, "docs/quickstart.md", "exec"), namespace)
             continue
         for line in code.splitlines():
             argv = shlex.split(line.split("  #")[0])

@@ -92,11 +92,14 @@ def _free_names(code: str) -> set[str]:
 
 
 def test_readme_python_snippets_import_what_they_use() -> None:
+    """The README's and the docs' Python blocks: each names only what it imports or defines."""
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    root = Path(__file__).resolve().parents[2]
+    pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    blocks = [code for page in pages
+              for code in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)]
     assert blocks
     # What a snippet may take from its reader's context: the training loop's own objects,
     # and `shards`, which the sections name in their text.

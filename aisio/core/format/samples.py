@@ -188,7 +188,7 @@ def iter_samples(
 
     Raises:
         ShardFormatError: as :func:`aisio.core.format.tar.iter_tar`, or a suffix repeats in a
-        sample.
+            sample.
         LoaderUnavailableError: the shard is zstd-compressed and ``zstandard`` is missing.
     """
     return _scan(ShardReader(stream, url, start_offset, bufsize), url, ends, fast, tag)

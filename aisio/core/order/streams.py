@@ -1,6 +1,6 @@
 """The deterministic order: canonical streams, their seeded buffers, rounds, and the state.
 
-The plan of ``order="deterministic"`` (see the README, "The same order after any resume"):
+The plan of ``order="deterministic"`` (see docs/design/order.md):
 
 * :class:`OrderPlan` deals the epoch's shard order out to ``K`` canonical streams (stream ``s``
   reads ``order[s::K]``), cuts the global batch ``G`` into ``q = G / K`` samples per stream and
