@@ -71,8 +71,12 @@ def keys(directory: Path, below: int | None = None) -> list[tuple[int, str]]:
 
 
 def run(args: argparse.Namespace, shards: str, work: Path, env: dict[str, str]) -> bool:
-    base = [*command(args.trainer, args.devices), "--shards", shards, "--loader", args.loader,
-            "--order", args.order, "--devices", str(args.devices), "--every", "4"]
+    def base_on(devices: int) -> list[str]:
+        return [*command(args.trainer, devices), "--shards", shards, "--loader", args.loader,
+                "--order", args.order, "--devices", str(devices), "--every", "4"]
+
+    base = base_on(args.devices)
+    resumed_on = args.resume_devices or args.devices
     first, second = work / "run1", work / "run2"
     first.mkdir()
     if args.no_callback:  # Lightning without aisio's callback: refused at the first checkpoint
@@ -90,8 +94,9 @@ def run(args: argparse.Namespace, shards: str, work: Path, env: dict[str, str]) 
         return False
     shutil.copytree(first, second, ignore=shutil.ignore_patterns("keys-*"))
     saved = checkpoint_step(args.trainer, first)
-    print(f"run 2: resumed from the checkpoint of step {saved}, {args.workers[1]} workers")
-    subprocess.run([*base, "--workers", str(args.workers[1]), "--dir", str(second),
+    print(f"run 2: resumed from the checkpoint of step {saved} on {resumed_on} process(es), "
+          f"{args.workers[1]} workers")
+    subprocess.run([*base_on(resumed_on), "--workers", str(args.workers[1]), "--dir", str(second),
                     "--resume"], env=env, check=True, start_new_session=True)
     trained = [key for _, key in keys(first, below=saved)] + [key for _, key in keys(second)]
     counts = Counter(trained)
@@ -133,6 +138,8 @@ def main() -> int:
     parser.add_argument("--trainer", choices=["lightning", "fabric", "accelerate", "torchrun"],
                         required=True)
     parser.add_argument("--devices", type=int, default=1)
+    parser.add_argument("--resume-devices", type=int, default=None,
+                        help="resume on this many processes (default: --devices)")
     parser.add_argument("--order", choices=["fast", "deterministic"], default="fast")
     parser.add_argument("--loader", default="dataloader")
     parser.add_argument("--workers", type=int, nargs=2, default=[2, 1])
