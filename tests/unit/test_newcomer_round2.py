@@ -85,8 +85,8 @@ def _free_names(code: str) -> set[str]:
             bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             bound.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.arg)):
-            bound.add(node.name if isinstance(node, ast.FunctionDef) else node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.arg)):
+            bound.add(node.arg if isinstance(node, ast.arg) else node.name)
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     return used - bound
 
