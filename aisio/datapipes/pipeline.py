@@ -34,7 +34,13 @@ from aisio.core.store.config import AISConfig, resolve_config
 from aisio.core.store.sources import ObjectRef, objects, resolve, resolve_one, shard_list
 from aisio.core.store.urls import ETL
 from aisio.core.system.threads import thread_map
-from aisio.core.transport.delivery import Delivery, Placed, Positioned, pack, ship_errors
+from aisio.core.transport.delivery import (
+    Delivery,
+    Placed,
+    Positioned,
+    deliveries,
+    ship_errors,
+)
 from aisio.datapipes.base import IterableWrapper, IterDataPipe
 from aisio.datapipes.pipes import AISFileLoader, OnError, WebDatasetParser
 from aisio.runtime.workers import worker_id
@@ -381,7 +387,7 @@ def drop_last(triples: Iterable[Placed], batch_size: int) -> Iterator[Placed]:
     yield from ((SKIPPED, position, version) for _, position, version in held)
 
 
-class Pack(IterDataPipe):
+class DeliveryPipe(IterDataPipe):
     """Yields :class:`~aisio.core.transport.delivery.Delivery` items: ``(value, position,
     version)`` batched
     and collated as the spec says, each delivery with the positions of its samples. A batch
@@ -404,26 +410,26 @@ class Pack(IterDataPipe):
         if spec.drop_last and spec.batch_size:
             triples = drop_last(triples, spec.batch_size)
         if not (spec.batch_size and spec.collate):
-            return ship_errors(pack(triples, batch_size=spec.batch_size))
+            return ship_errors(deliveries(triples, batch_size=spec.batch_size))
         kept: deque[tuple[int, int, int, bool]] = deque(maxlen=spec.batch_size)
 
         def watched() -> Iterator[Any]:
             for item in triples:
                 if is_kept(item[0]):
-                    kept.append(item[1])  # pack() collates the last len(batch) of these
+                    kept.append(item[1])  # deliveries() collates the last len(batch) of these
                 yield item
 
         def names(n: int) -> list[str]:
             return [sample_name(self.shards, p) for p in list(kept)[-n:]]
 
-        return ship_errors(pack(watched(), batch_size=spec.batch_size,
+        return ship_errors(deliveries(watched(), batch_size=spec.batch_size,
                                 collate=BatchCollate(default_collate, names)))
 
 
 def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int,
                plan: EpochPlan | None = None, rank: int = 0) -> IterDataPipe:
     """Returns the resumable pipeline: :class:`ShardTasks` -> sharding_filter -> load -> parse
-    -> shuffle samples (:class:`EpochShuffle`) -> decode -> :class:`Pack`. Its items are
+    -> shuffle samples (:class:`EpochShuffle`) -> decode -> :class:`DeliveryPipe`. Its items are
     deliveries that a loader unpacks in the training process (see :mod:`aisio.core.pipeline.loop`);
     the
     loader publishes each epoch (and the state it resumes) in ``plan`` before its ``iter()``.
@@ -435,5 +441,5 @@ def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int,
     if spec.shuffle_buffer:
         samples = EpochShuffle(samples, spec.shuffle_buffer, plan=plan, seed=seed, rank=rank)
     if spec.decode_threads:
-        return Pack(ThreadMapper(samples, stage, spec.decode_threads), spec, tasks.shards)
-    return Pack(samples, spec, tasks.shards, stage=stage)
+        return DeliveryPipe(ThreadMapper(samples, stage, spec.decode_threads), spec, tasks.shards)
+    return DeliveryPipe(samples, spec, tasks.shards, stage=stage)

@@ -31,7 +31,7 @@ from aisio.core.order.loader import (
 from aisio.core.pipeline.loop import ResumableLoader
 from aisio.core.pipeline.parse import parse_streams
 from aisio.core.pipeline.spec import PipelineSpec, check_options
-from aisio.core.transport.delivery import Failure, Positioned, pack_batch, ship_errors
+from aisio.core.transport.delivery import Failure, Positioned, batch_delivery, ship_errors
 from aisio.datapipes.pipeline import documents_pipe_options, shard_names
 from aisio.loaders.nodes_pool import PoolMapper
 from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
@@ -158,7 +158,7 @@ def _deliver(collate: Any, shards: Sequence[Any], drop_last: int, pin: bool, bat
     if collate is not None:
         names = [sample_name(shards, item[1]) for item in items if is_kept(item[0])]
         collate = BatchCollate(collate, lambda n: names[-n:])
-    delivery = pack_batch(items, collate=collate)
+    delivery = batch_delivery(items, collate=collate)
     if not isinstance(batch, list) and not delivery.empty:
         delivery.value = delivery.value[0]  # no batch_size: the item itself, as elsewhere
     if pin:
