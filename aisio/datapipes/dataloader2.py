@@ -39,14 +39,14 @@ from aisio.core.order.loader import (
     refuse_streams,
 )
 from aisio.core.pipeline.loop import ResumableLoader
-from aisio.core.pipeline.spec import PipelineSpec, check_options
+from aisio.core.pipeline.spec import PipelineSpec, check_options, documents_options
 from aisio.datapipes.base import IterDataPipe
 from aisio.datapipes.mpfix import install as _install_round_robin_fix
 from aisio.datapipes.pipeline import (
+    RESAMPLED,
     SampleQuota,
     Uneven,
     batch_pipe,
-    documents_pipe_options,
     epoch_pipe,
     shard_names,
     webdataset_pipe,
@@ -205,7 +205,7 @@ def _loader_options(options: dict[str, Any]) -> dict[str, Any]:
     return taken
 
 
-@documents_pipe_options()
+@documents_options(extra=[("resampled", RESAMPLED)])
 def webdataset_loader(
     shards: Any,
     *,

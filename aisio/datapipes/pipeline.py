@@ -15,24 +15,21 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Literal
 
 from torch.utils.data import default_collate
 
 from aisio.core.epochs.plan import EpochPlan
 from aisio.core.epochs.progress import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
 from aisio.core.faults.policy import SKIPPED, is_kept
-from aisio.core.faults.report import ErrorReport
 from aisio.core.format.collate import BatchCollate, sample_name
-from aisio.core.format.decode import Decoder, to_tuple
+from aisio.core.format.decode import to_tuple
 from aisio.core.format.decode import tuple_fields as _tuple_fields
-from aisio.core.pipeline.spec import DEFAULT_SHUFFLE_BUFFER, PipelineSpec, check_options
-from aisio.core.store.cache import ShardCache
+from aisio.core.pipeline.spec import PipelineSpec, check_options, documents_options
 from aisio.core.store.client import client_for
 from aisio.core.store.config import AISConfig, resolve_config
 from aisio.core.store.sources import ObjectRef, objects, resolve, resolve_one, shard_list
-from aisio.core.store.urls import ETL
 from aisio.core.system.threads import thread_map
 from aisio.core.transport.delivery import (
     Delivery,
@@ -42,7 +39,7 @@ from aisio.core.transport.delivery import (
     ship_errors,
 )
 from aisio.datapipes.base import IterableWrapper, IterDataPipe
-from aisio.datapipes.pipes import AISFileLoader, OnError, WebDatasetParser
+from aisio.datapipes.pipes import AISFileLoader, WebDatasetParser
 from aisio.runtime.workers import worker_id
 
 Uneven = Literal["drop", "keep"]
@@ -138,82 +135,33 @@ class ResampledShards(IterDataPipe):
             yield self._rng.choice(self.names)
 
 
-def webdataset_pipe(
-    shards: Any,
-    *,
-    endpoint: str | None = None,
-    url: str | None = None,
-    config: AISConfig | None = None,
-    etl: ETL | str | None = None,
-    shuffle_shards: bool = True,
-    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
-    decode: str | Decoder | None = None,
-    decode_threads: int = 0,
-    tuple_fields: str | Sequence[str] | None = None,
-    batch_size: int | None = None,
-    collate: bool = True,
-    drop_last: bool = False,
-    on_error: OnError = "raise",
-    report: ErrorReport | None = None,
-    resampled: bool = False,
-    concurrency: int = 1,
-    cache: ShardCache | None = None,
-    timings: bool = False,
-    map: Callable[[Any], Any] | None = None,
-    **unknown: Any,
-) -> IterDataPipe:
+RESAMPLED = ("draw shards with replacement forever (cap the epoch with ``.header(n)`` or "
+             ":func:`webdataset_loader`'s ``samples_per_epoch``).")
+"""The doc of ``resampled=``, which :func:`webdataset_pipe` and DataLoader2's loaders take."""
+
+
+@documents_options(extra=[("resampled", RESAMPLED)], signature=True)
+def webdataset_pipe(shards: Any, *, resampled: bool = False, **options: Any) -> IterDataPipe:
     """Returns the DataPipe from shard names to samples, tuples or batches (see module doc).
 
     Args:
         shards: shard names or templates (``"ais://b/train-{0000..0099}.tar"``), a list of them,
-            or SDK objects.
-        endpoint: AIStore endpoint (else ``config``, else ``AIS_ENDPOINT``); ``url=`` is
-            accepted too, as the removed AIStore/torchdata DataPipes spelled it.
-        config: an :class:`AISConfig`.
-        etl: an ETL to apply to every shard on the server.
-        shuffle_shards: shuffle the shard order each epoch (before the shard split).
-        shuffle_buffer: shuffle samples through a buffer of this many, in each reading
-            process (default 1000, as every aisio loader; 0: shard order). It holds that many
-            undecoded samples per worker (1000 x 100 KiB JPEGs: about 100 MB each), and the
-            first sample waits until it is full or the worker's shards run out.
-        decode: an image spec for :class:`Decoder` (``"torchrgb"``, ``"pil"``, ...) or a Decoder.
-        decode_threads: decode with this many threads per process, in order (image decoders
-            release the GIL, so this helps where cores are idle; on the 2-core benchmark
-            machine, shared with the AIStore node, it did not); 0 decodes inline.
-        tuple_fields: fields to turn each sample into a tuple, e.g. ``("png;jpg", "cls")`` or
-            ``"png;jpg cls"`` (webdataset's spelling).
-        batch_size: batch in the worker (before samples cross to the main process).
-        collate: collate batches into tensors with torch's default collate.
-        drop_last: drop each reader's last batch when it has fewer than ``batch_size``
-            samples (per worker and per rank, as a DataLoader's batches are made in them).
-        on_error: what to do with a bad or missing shard, and with a bad sample (a field that
-            does not decode, or lacks a field of ``tuple_fields``): ``raise``, or
-            ``warn``/``skip`` to go on with the next shard or sample, recorded in ``report``
-            (shard, offset or ``<key>.<field>``, reason).
-        report: where skipped shards and samples are recorded; by default a temporary file
-            that worker processes share, available as ``pipe.report``.
-        resampled: draw shards with replacement forever (cap the epoch with ``.header(n)`` or
-            :func:`webdataset_loader`'s ``samples_per_epoch``).
-        concurrency: parallel GETs (for many small shards).
-        cache: a :class:`ShardCache` keeping read shards on local disk for later epochs.
-        timings: measure where the time goes (network reads, tar parsing, decoding) in every
-            process, as ``pipe.timings`` (a :class:`~aisio.core.system.timing.StageTimes`).
-        map: a function applied to each sample (or tuple, after ``decode`` and
-            ``tuple_fields``) before batching, in the workers: webdataset's ``.map`` /
-            ``.map_tuple``. The one-call loaders stay resumable with it (each result keeps its
-            sample's position). With workers it must pickle: ``def`` at module level.
+            a bucket or prefix (``"ais://b/train/"``, listed once, here), or SDK objects.
+        resampled: see below.
+        **options: the pipeline options below.
 
     Raises:
         ConfigError: an option it does not take (webdataset's spellings name aisio's).
     """
-    check_options(unknown, where="webdataset_pipe", known=("resampled",))
-    spec = PipelineSpec.build(
-        endpoint=endpoint, url=url, config=config, etl=etl, shuffle_shards=shuffle_shards,
-        shuffle_buffer=shuffle_buffer, decode=decode, decode_threads=decode_threads,
-        tuple_fields=tuple_fields, batch_size=batch_size, collate=collate,
-        drop_last=drop_last, on_error=on_error, report=report, concurrency=concurrency,
-        cache=cache, timings=timings, map=map)
-    names = shard_names(shards, spec.config)
+    check_options(options, where="webdataset_pipe", known=("resampled",))
+    spec = PipelineSpec.build(**options)
+    return shards_pipe(shard_names(shards, spec.config), spec, resampled=resampled)
+
+
+def shards_pipe(names: Sequence[ObjectRef], spec: PipelineSpec, *, resampled: bool = False,
+                batched: bool = True) -> IterDataPipe:
+    """Returns :func:`webdataset_pipe`'s pipe over a shard list (batched as ``spec`` says
+    unless ``batched=False``), with the spec's ``report`` and ``timings`` on it."""
     pipe: IterDataPipe
     if resampled:
         pipe = ResampledShards(names)
@@ -229,7 +177,8 @@ def webdataset_pipe(
             pipe.map(stage))
         if spec.on_error != "raise":
             pipe = pipe.filter(is_kept)
-    pipe = batch_pipe(pipe, spec.batch_size, collate=spec.collate, drop_last=spec.drop_last)
+    if batched:
+        pipe = batch_pipe(pipe, spec.batch_size, collate=spec.collate, drop_last=spec.drop_last)
     pipe.report = spec.report  # type: ignore[attr-defined]
     pipe.timings = spec.times  # type: ignore[attr-defined]
     return pipe
@@ -276,38 +225,6 @@ class SampleQuota(IterDataPipe):
             yield item
             if taken >= self.share:
                 return
-
-
-def pipe_options_doc(exclude: Sequence[str] = ()) -> str:
-    """Returns the "Args:" entries of :func:`webdataset_pipe` after ``shards`` (but
-    ``exclude``): the pipeline options every loader entry point takes, documented once, there."""
-    lines = (webdataset_pipe.__doc__ or "").split("    Args:\n", 1)[-1].splitlines()
-    entries: list[list[str]] = []
-    for line in lines:
-        if line and not line.startswith(" " * 8):
-            break  # the next section ("Raises:", ...)
-        if line.startswith(" " * 8) and not line.startswith(" " * 9):
-            entries.append([])
-        if entries:
-            entries[-1].append(line)
-    keep = [e for e in entries if e[0].split(":")[0].strip() not in ("shards", *exclude)]
-    return "\n".join(line for entry in keep for line in entry)
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def documents_pipe_options(*, exclude: Sequence[str] = ()) -> Callable[[F], F]:
-    """Appends :func:`pipe_options_doc` to an entry point's docstring, so that
-    ``help(aisio.webdataset_dataloader)`` shows every option it takes, not a pointer."""
-
-    def document(fn: F) -> F:
-        fn.__doc__ = (f"{(fn.__doc__ or '').rstrip()}\n\n    Pipeline options (the "
-                      f"``**pipe_options``, the same for every loader):\n"
-                      f"{pipe_options_doc(exclude)}\n")
-        return fn
-
-    return document
 
 
 def samples_pipe(source: IterDataPipe, spec: PipelineSpec, *, shuffle: bool = True

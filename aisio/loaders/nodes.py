@@ -30,9 +30,9 @@ from aisio.core.order.loader import (
 )
 from aisio.core.pipeline.loop import ResumableLoader
 from aisio.core.pipeline.parse import parse_streams
-from aisio.core.pipeline.spec import PipelineSpec, check_options
+from aisio.core.pipeline.spec import PipelineSpec, check_options, documents_options
 from aisio.core.transport.delivery import Failure, Positioned, batch_delivery, ship_errors
-from aisio.datapipes.pipeline import documents_pipe_options, shard_names
+from aisio.datapipes.pipeline import shard_names
 from aisio.loaders.nodes_pool import PoolMapper
 from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
 from aisio.runtime.ordered import batch_collate, can_pin
@@ -179,7 +179,7 @@ _REFUSED = {
 }
 
 
-@documents_pipe_options(exclude=("resampled",))
+@documents_options()
 def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "thread",
                            seed: int | None = None, uneven: str = "drop",
                            prefetch_factor: int = 2, order: str = "fast",

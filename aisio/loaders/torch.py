@@ -30,9 +30,9 @@ from aisio.core.order.loader import (
     refuse_streams,
 )
 from aisio.core.pipeline.loop import ResumableLoader
-from aisio.core.pipeline.spec import PipelineSpec, check_options
+from aisio.core.pipeline.spec import PipelineSpec, check_options, documents_options
 from aisio.core.transport.delivery import Delivery
-from aisio.datapipes.pipeline import documents_pipe_options, epoch_pipe, shard_names
+from aisio.datapipes.pipeline import epoch_pipe, shard_names
 from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
 from aisio.runtime.ordered import OrderedStreams, batch_collate, can_pin
 from aisio.runtime.workers import widen_pipe, worker_init_fn
@@ -183,7 +183,7 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
                                          sync=drop_sync(uneven)), uneven)
 
 
-@documents_pipe_options(exclude=("resampled",))
+@documents_options()
 def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
                           uneven: str = "drop", order: str = "fast", streams: int | None = None,
                           **options: Any) -> ResumableLoader | OrderedLoader:
@@ -229,7 +229,7 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
                    seed=seed, uneven=uneven, order=order, streams=streams, **options)
 
 
-@documents_pipe_options(exclude=("resampled",))
+@documents_options()
 def webdataset_stateful_loader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
                                uneven: str = "drop", order: str = "fast",
                                streams: int | None = None, **options: Any
