@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from torch.utils.data import default_collate
 
@@ -27,9 +27,7 @@ from aisio.core.format.collate import BatchCollate, sample_name
 from aisio.core.format.decode import to_tuple
 from aisio.core.format.decode import tuple_fields as _tuple_fields
 from aisio.core.pipeline.spec import PipelineSpec, check_options, documents_options
-from aisio.core.store.client import client_for
-from aisio.core.store.config import AISConfig, resolve_config
-from aisio.core.store.sources import ObjectRef, objects, resolve, resolve_one, shard_list
+from aisio.core.store.sources import ObjectRef, objects, resolve_one
 from aisio.core.system.threads import thread_map
 from aisio.core.transport.delivery import (
     Delivery,
@@ -40,9 +38,8 @@ from aisio.core.transport.delivery import (
 )
 from aisio.datapipes.base import IterableWrapper, IterDataPipe
 from aisio.datapipes.pipes import AISFileLoader, WebDatasetParser
+from aisio.runtime.setup import list_shards
 from aisio.runtime.workers import worker_id
-
-Uneven = Literal["drop", "keep"]
 
 
 class ToTuple:
@@ -66,18 +63,6 @@ class ToTuple:
 
     def __repr__(self) -> str:
         return f"ToTuple{self.fields!r}"
-
-
-def shard_names(sources: Any, config: AISConfig | None = None) -> list[ObjectRef]:
-    """Returns the shards that sources stand for, parsed once (see :mod:`aisio.core.store.sources`).
-
-    Templates are expanded and SDK objects converted without I/O; a bucket or prefix
-    (``ais://b/train/``) is listed once, here, rather than in every worker and every epoch.
-    """
-    resolved = resolve(sources)
-    needs_listing = any(source.kind == "prefix" for source in resolved)
-    return shard_list(resolved, client_for(resolve_config(None, config)) if needs_listing
-                      else None)
 
 
 def _expand_string(source: str) -> list[str]:
@@ -155,7 +140,7 @@ def webdataset_pipe(shards: Any, *, resampled: bool = False, **options: Any) -> 
     """
     check_options(options, where="webdataset_pipe", known=("resampled",))
     spec = PipelineSpec.build(**options)
-    return shards_pipe(shard_names(shards, spec.config), spec, resampled=resampled)
+    return shards_pipe(list_shards(shards, spec.config), spec, resampled=resampled)
 
 
 def shards_pipe(names: Sequence[ObjectRef], spec: PipelineSpec, *, resampled: bool = False,

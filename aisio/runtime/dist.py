@@ -1,4 +1,5 @@
-"""torch.distributed, as the loaders need it: rank and world, a shared seed, stopping together."""
+"""torch.distributed, as the loaders need it: rank and world, a shared seed, stopping together,
+the ranks' states merged."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -16,6 +17,16 @@ import torch.distributed as dist
 from aisio.core.epochs.progress import merge_states, shard_list_id
 from aisio.core.faults.errors import ClusterError
 from aisio.core.order.streams import merge_order_states
+
+Uneven = Literal["drop", "keep"]
+"""What a loader does when its ranks get unequal shares: every rank stops when the first runs out
+(``"drop"``), or each reads all of its share (``"keep"``)."""
+
+
+def check_uneven(uneven: str) -> None:
+    """Raises ValueError unless ``uneven`` is ``"drop"`` or ``"keep"``."""
+    if uneven not in ("drop", "keep"):
+        raise ValueError(f"uneven={uneven!r} must be 'drop' or 'keep'")
 
 
 def initialized() -> bool:
@@ -41,8 +52,7 @@ def shared_seed(seed: int | None) -> int:
 def drop_sync(uneven: str) -> Callable[[bool], bool] | None:
     """Returns the per-item check that stops every rank when one runs out (``uneven="drop"``),
     or None where it is not needed (one process, or ``uneven="keep"``)."""
-    if uneven not in ("drop", "keep"):
-        raise ValueError(f"uneven={uneven!r} must be 'drop' or 'keep'")
+    check_uneven(uneven)
     if uneven == "keep" or not initialized() or dist.get_world_size() < 2:
         return None
     group = _gloo()
