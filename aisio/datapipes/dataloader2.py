@@ -223,7 +223,8 @@ def webdataset_loader(
 
     Args:
         shards: a template (``"ais://b/train-{0000..0099}.tar"``), an object, a bucket or
-            prefix (``"ais://b/train/"``, listed once), a list of them, or SDK objects.
+            prefix (``"ais://b/train/"``, listed once, by rank 0 for every rank), a list of
+            them, or SDK objects.
         num_workers: worker processes (0: read in the main process).
         seed: makes the shuffles reproducible (each epoch still reshuffles).
         uneven: with torch.distributed, ``"drop"`` or ``"keep"`` (see :func:`reading_service`).
@@ -252,7 +253,8 @@ def webdataset_loader(
             :func:`aisio.webdataset_dataloader`).
 
     Raises:
-        ConfigError: an option it does not take, named with the one to use.
+        ConfigError: an option it does not take (named with the one to use), or ranks given
+            other shards than rank 0.
 
     Example:
         >>> loader = webdataset_loader("ais://b/train-{000..099}.tar", decode="torchrgb",

@@ -131,7 +131,8 @@ def webdataset_pipe(shards: Any, *, resampled: bool = False, **options: Any) -> 
 
     Args:
         shards: shard names or templates (``"ais://b/train-{0000..0099}.tar"``), a list of them,
-            a bucket or prefix (``"ais://b/train/"``, listed once, here), or SDK objects.
+            a bucket or prefix (``"ais://b/train/"``, listed here, once per process that builds
+            the pipe; the loaders list it once per job), or SDK objects.
         resampled: see below.
         **options: the pipeline options below.
 

@@ -189,7 +189,8 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
 
     Args:
         shards: a template (``"ais://b/train-{0000..0099}.tar"``), an object, a bucket or
-            prefix (``"ais://b/train/"``, listed once), a list of them, or SDK objects.
+            prefix (``"ais://b/train/"``, listed once, by rank 0 for every rank), a list of
+            them, or SDK objects.
         num_workers: decode in this many threads or processes (``method``); 0: inline.
         method: ``"thread"`` or ``"process"`` (the mapper's workers).
         seed: makes the shuffles reproducible (each epoch still reshuffles).
@@ -209,7 +210,8 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
             DataLoader does).
 
     Raises:
-        ConfigError: an option it does not take, named with the one to use.
+        ConfigError: an option it does not take (named with the one to use), or ranks given
+            other shards than rank 0.
 
     Example:
         >>> loader = webdataset_node_loader("ais://b/train-{000..099}.tar", decode="torchrgb",

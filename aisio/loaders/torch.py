@@ -176,7 +176,8 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
 
     Args:
         shards: a template (``"ais://b/train-{0000..0099}.tar"``), an object, a bucket or
-            prefix (``"ais://b/train/"``, listed once), a list of them, or SDK objects.
+            prefix (``"ais://b/train/"``, listed once, by rank 0 for every rank), a list of
+            them, or SDK objects.
         num_workers: DataLoader worker processes (0: read in the training process).
         seed: makes the shuffles reproducible (each epoch still reshuffles).
         uneven: with torch.distributed, ``"drop"`` (every rank stops when the first runs out,
@@ -198,7 +199,8 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
             ``worker_init_fn``, passed to it.
 
     Raises:
-        ConfigError: an option it does not take, named with the one to use.
+        ConfigError: an option it does not take (named with the one to use), or ranks given
+            other shards than rank 0.
 
     Example:
         >>> loader = webdataset_dataloader("ais://b/train-{000..099}.tar", decode="torchrgb",

@@ -1,5 +1,5 @@
-"""torch.distributed, as the loaders need it: rank and world, a shared seed, stopping together,
-the ranks' states merged."""
+"""torch.distributed, as the loaders need it: rank and world, a shared seed, what rank 0 says,
+stopping together, the ranks' states merged."""
 
 from __future__ import annotations
 
@@ -63,6 +63,33 @@ def drop_sync(uneven: str) -> Callable[[bool], bool] | None:
         return bool(flag.item())
 
     return sync
+
+
+class JobRanks:
+    """Every rank of the job, over aisio's gloo group: what the ranks of a loader's set-up say to
+    each other (see :func:`aisio.runtime.setup.agree_on_shards`)."""
+
+    def __init__(self) -> None:
+        self.rank, self.world = rank_and_world()
+        self.group = _gloo()
+
+    def broadcast(self, value: Any) -> Any:
+        """Returns rank 0's ``value`` on every rank (a collective; picklable values)."""
+        box = [value]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+    def flags(self, flag: bool) -> list[bool]:
+        """Returns every rank's ``flag``, by rank (a collective)."""
+        mine = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        every = [torch.zeros(1, dtype=torch.int32) for _ in range(self.world)]
+        dist.all_gather(every, mine, group=self.group)
+        return [bool(each.item()) for each in every]
+
+
+def job_ranks() -> JobRanks | None:
+    """Returns the job's ranks under torch.distributed with more than one rank, else None."""
+    return JobRanks() if initialized() and dist.get_world_size() > 1 else None
 
 
 def gather_state(loader: Any) -> dict[str, Any]:
