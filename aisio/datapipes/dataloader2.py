@@ -252,10 +252,6 @@ def webdataset_loader(
         streams: with ``order="deterministic"``, the canonical streams (see
             :func:`aisio.webdataset_dataloader`).
 
-    Raises:
-        ConfigError: an option it does not take (named with the one to use), or ranks given
-            other shards than rank 0.
-
     Example:
         >>> loader = webdataset_loader("ais://b/train-{000..099}.tar", decode="torchrgb",
         ...     tuple_fields=("png", "cls"), batch_size=64, num_workers=2)   # doctest: +SKIP

@@ -125,7 +125,7 @@ RESAMPLED = ("draw shards with replacement forever (cap the epoch with ``.header
 """The doc of ``resampled=``, which :func:`webdataset_pipe` and DataLoader2's loaders take."""
 
 
-@documents_options(extra=[("resampled", RESAMPLED)], signature=True)
+@documents_options(extra=[("resampled", RESAMPLED)], signature=True, loader=False)
 def webdataset_pipe(shards: Any, *, resampled: bool = False, **options: Any) -> IterDataPipe:
     """Returns the DataPipe from shard names to samples, tuples or batches (see module doc).
 
@@ -135,9 +135,6 @@ def webdataset_pipe(shards: Any, *, resampled: bool = False, **options: Any) -> 
             the pipe; the loaders list it once per job), or SDK objects.
         resampled: see below.
         **options: the pipeline options below.
-
-    Raises:
-        ConfigError: an option it does not take (webdataset's spellings name aisio's).
     """
     check_options(options, where="webdataset_pipe", known=("resampled",))
     spec = PipelineSpec.build(**options)

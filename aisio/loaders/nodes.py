@@ -209,10 +209,6 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
             ``PinMemory``; without an accelerator, a warning and nothing pinned, as torch's
             DataLoader does).
 
-    Raises:
-        ConfigError: an option it does not take (named with the one to use), or ranks given
-            other shards than rank 0.
-
     Example:
         >>> loader = webdataset_node_loader("ais://b/train-{000..099}.tar", decode="torchrgb",
         ...     tuple_fields="png cls", batch_size=64, num_workers=2)   # doctest: +SKIP

@@ -198,10 +198,6 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
             (default 2), ``multiprocessing_context``, ``timeout``, ``in_order`` and
             ``worker_init_fn``, passed to it.
 
-    Raises:
-        ConfigError: an option it does not take (named with the one to use), or ranks given
-            other shards than rank 0.
-
     Example:
         >>> loader = webdataset_dataloader("ais://b/train-{000..099}.tar", decode="torchrgb",
         ...     tuple_fields=("png", "cls"), batch_size=64, num_workers=2)   # doctest: +SKIP

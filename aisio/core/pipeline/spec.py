@@ -290,16 +290,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def documents_options(*, exclude: Sequence[str] = (), extra: Iterable[tuple[str, str]] = (),
-                      signature: bool = False) -> Callable[[F], F]:
+                      signature: bool = False, loader: bool = True) -> Callable[[F], F]:
     """Appends the pipeline options (:func:`options_doc`) to an entry point's docstring, so
-    that ``help(aisio.webdataset_dataloader)`` shows every option it takes, not a pointer;
-    with ``signature``, also gives it :func:`options_signature` (for an entry point whose
-    ``**options`` are the pipeline options alone)."""
+    that ``help(aisio.webdataset_dataloader)`` shows every option it takes, not a pointer, and
+    the ConfigError it raises (a ``loader``'s set-up also raises it for ranks given other
+    shards); with ``signature``, also gives it :func:`options_signature` (for an entry point
+    whose ``**options`` are the pipeline options alone)."""
+    ranks = ("; or, under torch.distributed, ranks given other shards than rank 0"
+             if loader else "")
+    raises = textwrap.fill(
+        f"ConfigError: an option it does not take, named with the one to use (webdataset's "
+        f"spellings get aisio's){ranks}.", width=_DOC_WIDTH, initial_indent=" " * 8,
+        subsequent_indent=" " * 12, break_on_hyphens=False)
 
     def document(fn: F) -> F:
         fn.__doc__ = (f"{(fn.__doc__ or '').rstrip()}\n\n    Pipeline options (by keyword, "
                       f"the same for every loader):\n"
-                      f"{options_doc(exclude=exclude, extra=extra)}\n")
+                      f"{options_doc(exclude=exclude, extra=extra)}\n\n    Raises:\n{raises}\n")
         if signature:
             fn.__signature__ = options_signature(fn)  # type: ignore[attr-defined]
         return fn
