@@ -31,28 +31,21 @@ from aisio.core.epochs.plan import EpochPlan
 from aisio.core.faults.errors import ConfigError, StateMismatchError
 from aisio.core.faults.policy import check_epoch
 from aisio.core.faults.report import ErrorReport
-from aisio.core.order.loader import (
-    OrderedLoader,
-    OrderSetup,
-    check_ordered_options,
-    is_deterministic,
-    refuse_streams,
-)
+from aisio.core.order.loader import OrderedLoader, OrderSetup, is_deterministic, refuse_streams
 from aisio.core.pipeline.loop import ResumableLoader
-from aisio.core.pipeline.spec import PipelineSpec, check_options
+from aisio.core.pipeline.spec import check_options, documents_options
 from aisio.datapipes.base import IterDataPipe
 from aisio.datapipes.mpfix import install as _install_round_robin_fix
 from aisio.datapipes.pipeline import (
+    RESAMPLED,
     SampleQuota,
-    Uneven,
     batch_pipe,
-    documents_pipe_options,
     epoch_pipe,
-    shard_names,
-    webdataset_pipe,
+    shards_pipe,
 )
-from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
+from aisio.runtime.dist import Uneven, check_uneven
 from aisio.runtime.ordered import batch_collate
+from aisio.runtime.setup import loader_setup
 from aisio.runtime.workers import widen_pipe
 
 
@@ -101,8 +94,7 @@ def reading_service(num_workers: int = 0, *, uneven: Uneven = "drop", worker_pre
     * ``"keep"``: every item is yielded exactly once across ranks; ranks may stop at different
       steps, so DDP training needs ``torch.distributed.algorithms.Join``.
     """
-    if uneven not in ("drop", "keep"):
-        raise ValueError(f"uneven={uneven!r} must be 'drop' or 'keep'")
+    check_uneven(uneven)
     mp = WorkersReadingService(num_workers=num_workers,
                                multiprocessing_context=multiprocessing_context,
                                worker_prefetch_cnt=worker_prefetch,
@@ -205,7 +197,7 @@ def _loader_options(options: dict[str, Any]) -> dict[str, Any]:
     return taken
 
 
-@documents_pipe_options()
+@documents_options(extra=[("resampled", RESAMPLED)])
 def webdataset_loader(
     shards: Any,
     *,
@@ -231,7 +223,8 @@ def webdataset_loader(
 
     Args:
         shards: a template (``"ais://b/train-{0000..0099}.tar"``), an object, a bucket or
-            prefix (``"ais://b/train/"``, listed once), a list of them, or SDK objects.
+            prefix (``"ais://b/train/"``, listed once, by rank 0 for every rank), a list of
+            them, or SDK objects.
         num_workers: worker processes (0: read in the main process).
         seed: makes the shuffles reproducible (each epoch still reshuffles).
         uneven: with torch.distributed, ``"drop"`` or ``"keep"`` (see :func:`reading_service`).
@@ -259,58 +252,89 @@ def webdataset_loader(
         streams: with ``order="deterministic"``, the canonical streams (see
             :func:`aisio.webdataset_dataloader`).
 
-    Raises:
-        ConfigError: an option it does not take, named with the one to use.
-
     Example:
         >>> loader = webdataset_loader("ais://b/train-{000..099}.tar", decode="torchrgb",
         ...     tuple_fields=("png", "cls"), batch_size=64, num_workers=2)   # doctest: +SKIP
     """
     loader_options = _loader_options(pipe_options)
-    if is_deterministic(order, "webdataset_loader"):
-        return _ordered_loader(shards, num_workers=num_workers, seed=seed, uneven=uneven,
-                               streams=streams, post=post, samples_per_epoch=samples_per_epoch,
-                               loader_options=loader_options, **pipe_options)
-    refuse_streams(streams, "webdataset_loader")
-    if post is not None or pipe_options.get("resampled") or samples_per_epoch is not None:
+    resampled = bool(pipe_options.pop("resampled", False))
+    if not is_deterministic(order, "webdataset_loader") and (
+            post is not None or resampled or samples_per_epoch is not None):
+        refuse_streams(streams, "webdataset_loader")
         if loader_options:
             raise ConfigError(
                 f"webdataset_loader() with post= or resampled=True takes none of "
                 f"{sorted(loader_options)}: build the pipe with aisio.webdataset_pipe and pass "
                 "it to aisio.make_loader")
         return _plain_loader(shards, num_workers=num_workers, seed=seed, uneven=uneven,
-                             samples_per_epoch=samples_per_epoch, post=post, **pipe_options)
-    spec = PipelineSpec.build(**pipe_options)
-    refs = shard_names(shards, spec.config)
-    run_seed = shared_seed(seed)
+                             samples_per_epoch=samples_per_epoch, post=post,
+                             resampled=resampled, **pipe_options)
+    if post is not None or samples_per_epoch is not None:
+        raise ConfigError("webdataset_loader(order=\"deterministic\") takes neither post= nor "
+                          "samples_per_epoch=: use map= for a function of each sample")
+    setup = loader_setup("webdataset_loader", shards, pipe_options, seed=seed, uneven=uneven,
+                         order=order, streams=streams, resampled=resampled)
     # DataLoader2 copies the pipe even in one process: the plan is a file that every copy reads.
-    plan = EpochPlan.temporary()
-    pipe = epoch_pipe(refs, spec, seed=run_seed, plan=plan, rank=rank_and_world()[0])
+    plan = setup.epoch_plan(shared=True)
     persistent = loader_options.get("persistent_workers", True)
-    current: list[DataLoader2] = []
-    _install_round_robin_fix()
-
-    def open_epoch(epoch: int, resume: dict[str, Any] | None) -> DataLoader2:
-        plan.publish(epoch, resume)  # before iter(): the workers read it when they start
-        if current and current[0]._terminated:  # shut down by an error in the last epoch
-            close()
-        if not current:
-            current.append(DataLoader2(pipe, reading_service=reading_service(
-                num_workers, uneven=uneven,
-                worker_prefetch=loader_options.get("prefetch_factor") or 10,
-                multiprocessing_context=loader_options.get("multiprocessing_context"))))
-        current[0]._reset_iter = True  # a new epoch, also after one left mid-way
-        return current[0]
-
-    def close() -> None:
-        while current:
-            current.pop().shutdown()
-
+    prefetch = loader_options.get("prefetch_factor") or 10
+    context = loader_options.get("multiprocessing_context")
+    if setup.deterministic:
+        order_setup = setup.order(plan)
+        # ranks are the order's plan's, not a reading service's
+        served = ServedEpochs(OrderedRounds(order_setup), plan, lambda: WorkersReadingService(
+            num_workers=num_workers, multiprocessing_context=context,
+            worker_prefetch_cnt=prefetch, main_prefetch_cnt=10) if num_workers else None)
+    else:
+        pipe = epoch_pipe(setup.shards, setup.spec, seed=setup.seed, plan=plan, rank=setup.rank)
+        served = ServedEpochs(pipe, plan, lambda: reading_service(
+            num_workers, uneven=uneven, worker_prefetch=prefetch,
+            multiprocessing_context=context))
     if num_workers:
-        check_picklable(pipe, num_workers, "the pipeline")
-    return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
-                                         close=close, end_epoch=None if persistent else close,
-                                         report=spec.report, timings=spec.times), uneven)
+        check_picklable(served.pipe, num_workers, "the pipeline")
+    _install_round_robin_fix()
+    end_epoch = None if persistent else served.close
+    if setup.deterministic:
+        return setup.ordered(order_setup, open_epoch=served.open, collate=batch_collate(setup.spec),
+                             close=served.close, end_epoch=end_epoch)
+    # DataLoader2's distributed reading service stops the ranks together itself
+    return setup.resumable(open_epoch=served.open, close=served.close, end_epoch=end_epoch,
+                           stops_together=True)
+
+
+class ServedEpochs:
+    """The one DataLoader2 that serves every epoch of a one-call loader: made at the first
+    epoch, made again after an error shut it down; each epoch (and the state it resumes)
+    published on ``plan`` before the DataLoader2's ``iter()``, which its workers then read.
+
+    Args:
+        pipe: the pipe it serves.
+        plan: where each epoch is published.
+        service: makes the reading service of each DataLoader2 made.
+    """
+
+    def __init__(self, pipe: IterDataPipe, plan: EpochPlan,
+                 service: Callable[[], ReadingServiceInterface | None]) -> None:
+        self.pipe = pipe
+        self.plan = plan
+        self.service = service
+        self.current: DataLoader2 | None = None
+
+    def open(self, epoch: int, resume: dict[str, Any] | None) -> DataLoader2:
+        """Returns the DataLoader2 for ``epoch`` (continuing ``resume``)."""
+        self.plan.publish(epoch, resume)  # before iter(): the workers read it when they start
+        if self.current is not None and self.current._terminated:  # an error in the last epoch
+            self.close()
+        if self.current is None:
+            self.current = DataLoader2(self.pipe, reading_service=self.service())
+        self.current._reset_iter = True  # a new epoch, also after one left mid-way
+        return self.current
+
+    def close(self) -> None:
+        """Shuts the DataLoader2 and its workers down (the next epoch makes another)."""
+        current, self.current = self.current, None
+        if current is not None:
+            current.shutdown()
 
 
 class OrderedRounds(IterDataPipe):
@@ -331,74 +355,30 @@ class OrderedRounds(IterDataPipe):
         return self.setup.rounds(self.worker, self.workers)
 
 
-def _ordered_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: Uneven,
-                    streams: int | None, post: Any, samples_per_epoch: int | None,
-                    loader_options: dict[str, Any], **pipe_options: Any) -> OrderedLoader:
-    """``webdataset_loader(order="deterministic")``: the readers on DataLoader2's workers
-    (items taken from them in turn), ranks handled by the order's plan, not by a reading
-    service."""
-    if post is not None or samples_per_epoch is not None:
-        raise ConfigError("webdataset_loader(order=\"deterministic\") takes neither post= nor "
-                          "samples_per_epoch=: use map= for a function of each sample")
-    check_ordered_options(pipe_options, "webdataset_loader")
-    spec = PipelineSpec.build(**pipe_options)
-    refs = shard_names(shards, spec.config)
-    run_seed = shared_seed(seed)
-    rank, world = rank_and_world()
-    plan = EpochPlan.temporary()  # DataLoader2 copies the pipe even in one process
-    setup = OrderSetup.build(refs, spec, seed=run_seed, streams=streams, rank=rank,
-                             world=world, epochs=plan, where="webdataset_loader")
-    pipe = OrderedRounds(setup)
-    persistent = loader_options.get("persistent_workers", True)
-    current: list[DataLoader2] = []
-    _install_round_robin_fix()
-
-    def open_rounds(epoch: int, resume: dict[str, Any] | None) -> DataLoader2:
-        plan.publish(epoch, resume)  # before iter(): the workers read it when they start
-        if current and current[0]._terminated:
-            close()
-        if not current:
-            service = WorkersReadingService(
-                num_workers=num_workers,
-                multiprocessing_context=loader_options.get("multiprocessing_context"),
-                worker_prefetch_cnt=loader_options.get("prefetch_factor") or 10,
-                main_prefetch_cnt=10) if num_workers else None
-            current.append(DataLoader2(pipe, reading_service=service))
-        current[0]._reset_iter = True
-        return current[0]
-
-    def close() -> None:
-        while current:
-            current.pop().shutdown()
-
-    if num_workers:
-        check_picklable(pipe, num_workers, "the pipeline")
-    return keep_exchange(OrderedLoader(setup, open_epoch=open_rounds, collate=batch_collate(spec),
-                                       close=close, end_epoch=None if persistent else close,
-                                       sync=drop_sync(uneven)), uneven)
-
-
 def _plain_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: Uneven,
                   samples_per_epoch: int | None,
-                  post: Callable[[IterDataPipe], IterDataPipe] | None,
+                  post: Callable[[IterDataPipe], IterDataPipe] | None, resampled: bool,
                   **pipe_options: Any) -> EpochLoader:
-    if samples_per_epoch is not None and not pipe_options.get("resampled"):
+    """``webdataset_loader`` with ``post=`` or ``resampled=True``: :func:`make_loader` over the
+    pipe (its shards agreed by the ranks like every loader's), with no resumable state."""
+    if samples_per_epoch is not None and not resampled:
         raise ValueError("samples_per_epoch goes with resampled=True (exact epochs end "
                          "when the shards do)")
-    batch_size, collate = pipe_options.pop("batch_size", None), pipe_options.pop("collate", True)
-    pipe = webdataset_pipe(shards, **pipe_options)  # samples: counted before batching
-    report: ErrorReport = pipe.report
-    pipe_timings = pipe.timings
+    setup = loader_setup("webdataset_loader", shards, pipe_options, seed=seed, uneven=uneven,
+                         resampled=resampled)
+    spec = setup.spec
+    # samples: counted before batching
+    pipe = shards_pipe(setup.shards, spec, resampled=resampled, batched=False)
     if samples_per_epoch is not None:
         pipe = SampleQuota(pipe, samples_per_epoch)  # exactly that many per rank
-    pipe = batch_pipe(pipe, batch_size, collate=collate)
+    pipe = batch_pipe(pipe, spec.batch_size, collate=spec.collate, drop_last=spec.drop_last)
     if post is not None:
         pipe = post(pipe)
     if num_workers:
         check_picklable(pipe, num_workers, "post=" if post is not None else "the pipeline")
     loader = make_loader(pipe, num_workers=num_workers, seed=seed, uneven=uneven)
-    loader.report = report
-    loader.timings = pipe_timings
+    loader.report = spec.report
+    loader.timings = spec.times
     return loader
 
 

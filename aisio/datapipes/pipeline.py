@@ -15,31 +15,31 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from torch.utils.data import default_collate
 
 from aisio.core.epochs.plan import EpochPlan
 from aisio.core.epochs.progress import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
 from aisio.core.faults.policy import SKIPPED, is_kept
-from aisio.core.faults.report import ErrorReport
 from aisio.core.format.collate import BatchCollate, sample_name
-from aisio.core.format.decode import Decoder, to_tuple
+from aisio.core.format.decode import to_tuple
 from aisio.core.format.decode import tuple_fields as _tuple_fields
-from aisio.core.pipeline.spec import DEFAULT_SHUFFLE_BUFFER, PipelineSpec, check_options
-from aisio.core.store.cache import ShardCache
-from aisio.core.store.client import client_for
-from aisio.core.store.config import AISConfig, resolve_config
-from aisio.core.store.sources import ObjectRef, objects, resolve, resolve_one, shard_list
-from aisio.core.store.urls import ETL
+from aisio.core.pipeline.spec import PipelineSpec, check_options, documents_options
+from aisio.core.store.sources import ObjectRef, objects, resolve_one
 from aisio.core.system.threads import thread_map
-from aisio.core.transport.delivery import Delivery, Placed, Positioned, pack, ship_errors
+from aisio.core.transport.delivery import (
+    Delivery,
+    Placed,
+    Positioned,
+    deliveries,
+    ship_errors,
+)
 from aisio.datapipes.base import IterableWrapper, IterDataPipe
-from aisio.datapipes.pipes import AISFileLoader, OnError, WebDatasetParser
+from aisio.datapipes.pipes import AISFileLoader, WebDatasetParser
+from aisio.runtime.setup import list_shards
 from aisio.runtime.workers import worker_id
-
-Uneven = Literal["drop", "keep"]
 
 
 class ToTuple:
@@ -63,18 +63,6 @@ class ToTuple:
 
     def __repr__(self) -> str:
         return f"ToTuple{self.fields!r}"
-
-
-def shard_names(sources: Any, config: AISConfig | None = None) -> list[ObjectRef]:
-    """Returns the shards that sources stand for, parsed once (see :mod:`aisio.core.store.sources`).
-
-    Templates are expanded and SDK objects converted without I/O; a bucket or prefix
-    (``ais://b/train/``) is listed once, here, rather than in every worker and every epoch.
-    """
-    resolved = resolve(sources)
-    needs_listing = any(source.kind == "prefix" for source in resolved)
-    return shard_list(resolved, client_for(resolve_config(None, config)) if needs_listing
-                      else None)
 
 
 def _expand_string(source: str) -> list[str]:
@@ -132,82 +120,31 @@ class ResampledShards(IterDataPipe):
             yield self._rng.choice(self.names)
 
 
-def webdataset_pipe(
-    shards: Any,
-    *,
-    endpoint: str | None = None,
-    url: str | None = None,
-    config: AISConfig | None = None,
-    etl: ETL | str | None = None,
-    shuffle_shards: bool = True,
-    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
-    decode: str | Decoder | None = None,
-    decode_threads: int = 0,
-    tuple_fields: str | Sequence[str] | None = None,
-    batch_size: int | None = None,
-    collate: bool = True,
-    drop_last: bool = False,
-    on_error: OnError = "raise",
-    report: ErrorReport | None = None,
-    resampled: bool = False,
-    concurrency: int = 1,
-    cache: ShardCache | None = None,
-    timings: bool = False,
-    map: Callable[[Any], Any] | None = None,
-    **unknown: Any,
-) -> IterDataPipe:
+RESAMPLED = ("draw shards with replacement forever (cap the epoch with ``.header(n)`` or "
+             ":func:`webdataset_loader`'s ``samples_per_epoch``).")
+"""The doc of ``resampled=``, which :func:`webdataset_pipe` and DataLoader2's loaders take."""
+
+
+@documents_options(extra=[("resampled", RESAMPLED)], signature=True, loader=False)
+def webdataset_pipe(shards: Any, *, resampled: bool = False, **options: Any) -> IterDataPipe:
     """Returns the DataPipe from shard names to samples, tuples or batches (see module doc).
 
     Args:
         shards: shard names or templates (``"ais://b/train-{0000..0099}.tar"``), a list of them,
-            or SDK objects.
-        endpoint: AIStore endpoint (else ``config``, else ``AIS_ENDPOINT``); ``url=`` is
-            accepted too, as the removed AIStore/torchdata DataPipes spelled it.
-        config: an :class:`AISConfig`.
-        etl: an ETL to apply to every shard on the server.
-        shuffle_shards: shuffle the shard order each epoch (before the shard split).
-        shuffle_buffer: shuffle samples through a buffer of this many, in each reading
-            process (default 1000, as every aisio loader; 0: shard order). It holds that many
-            undecoded samples per worker (1000 x 100 KiB JPEGs: about 100 MB each), and the
-            first sample waits until it is full or the worker's shards run out.
-        decode: an image spec for :class:`Decoder` (``"torchrgb"``, ``"pil"``, ...) or a Decoder.
-        decode_threads: decode with this many threads per process, in order (image decoders
-            release the GIL, so this helps where cores are idle; on the 2-core benchmark
-            machine, shared with the AIStore node, it did not); 0 decodes inline.
-        tuple_fields: fields to turn each sample into a tuple, e.g. ``("png;jpg", "cls")`` or
-            ``"png;jpg cls"`` (webdataset's spelling).
-        batch_size: batch in the worker (before samples cross to the main process).
-        collate: collate batches into tensors with torch's default collate.
-        drop_last: drop each reader's last batch when it has fewer than ``batch_size``
-            samples (per worker and per rank, as a DataLoader's batches are made in them).
-        on_error: what to do with a bad or missing shard, and with a bad sample (a field that
-            does not decode, or lacks a field of ``tuple_fields``): ``raise``, or
-            ``warn``/``skip`` to go on with the next shard or sample, recorded in ``report``
-            (shard, offset or ``<key>.<field>``, reason).
-        report: where skipped shards and samples are recorded; by default a temporary file
-            that worker processes share, available as ``pipe.report``.
-        resampled: draw shards with replacement forever (cap the epoch with ``.header(n)`` or
-            :func:`webdataset_loader`'s ``samples_per_epoch``).
-        concurrency: parallel GETs (for many small shards).
-        cache: a :class:`ShardCache` keeping read shards on local disk for later epochs.
-        timings: measure where the time goes (network reads, tar parsing, decoding) in every
-            process, as ``pipe.timings`` (a :class:`~aisio.core.system.timing.StageTimes`).
-        map: a function applied to each sample (or tuple, after ``decode`` and
-            ``tuple_fields``) before batching, in the workers: webdataset's ``.map`` /
-            ``.map_tuple``. The one-call loaders stay resumable with it (each result keeps its
-            sample's position). With workers it must pickle: ``def`` at module level.
-
-    Raises:
-        ConfigError: an option it does not take (webdataset's spellings name aisio's).
+            a bucket or prefix (``"ais://b/train/"``, listed here, once per process that builds
+            the pipe; the loaders list it once per job), or SDK objects.
+        resampled: see below.
+        **options: the pipeline options below.
     """
-    check_options(unknown, where="webdataset_pipe", known=("resampled",))
-    spec = PipelineSpec.build(
-        endpoint=endpoint, url=url, config=config, etl=etl, shuffle_shards=shuffle_shards,
-        shuffle_buffer=shuffle_buffer, decode=decode, decode_threads=decode_threads,
-        tuple_fields=tuple_fields, batch_size=batch_size, collate=collate,
-        drop_last=drop_last, on_error=on_error, report=report, concurrency=concurrency,
-        cache=cache, timings=timings, map=map)
-    names = shard_names(shards, spec.config)
+    check_options(options, where="webdataset_pipe", known=("resampled",))
+    spec = PipelineSpec.build(**options)
+    return shards_pipe(list_shards(shards, spec.config), spec, resampled=resampled)
+
+
+def shards_pipe(names: Sequence[ObjectRef], spec: PipelineSpec, *, resampled: bool = False,
+                batched: bool = True) -> IterDataPipe:
+    """Returns :func:`webdataset_pipe`'s pipe over a shard list (batched as ``spec`` says
+    unless ``batched=False``), with the spec's ``report`` and ``timings`` on it."""
     pipe: IterDataPipe
     if resampled:
         pipe = ResampledShards(names)
@@ -223,7 +160,8 @@ def webdataset_pipe(
             pipe.map(stage))
         if spec.on_error != "raise":
             pipe = pipe.filter(is_kept)
-    pipe = batch_pipe(pipe, spec.batch_size, collate=spec.collate, drop_last=spec.drop_last)
+    if batched:
+        pipe = batch_pipe(pipe, spec.batch_size, collate=spec.collate, drop_last=spec.drop_last)
     pipe.report = spec.report  # type: ignore[attr-defined]
     pipe.timings = spec.times  # type: ignore[attr-defined]
     return pipe
@@ -270,38 +208,6 @@ class SampleQuota(IterDataPipe):
             yield item
             if taken >= self.share:
                 return
-
-
-def pipe_options_doc(exclude: Sequence[str] = ()) -> str:
-    """Returns the "Args:" entries of :func:`webdataset_pipe` after ``shards`` (but
-    ``exclude``): the pipeline options every loader entry point takes, documented once, there."""
-    lines = (webdataset_pipe.__doc__ or "").split("    Args:\n", 1)[-1].splitlines()
-    entries: list[list[str]] = []
-    for line in lines:
-        if line and not line.startswith(" " * 8):
-            break  # the next section ("Raises:", ...)
-        if line.startswith(" " * 8) and not line.startswith(" " * 9):
-            entries.append([])
-        if entries:
-            entries[-1].append(line)
-    keep = [e for e in entries if e[0].split(":")[0].strip() not in ("shards", *exclude)]
-    return "\n".join(line for entry in keep for line in entry)
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def documents_pipe_options(*, exclude: Sequence[str] = ()) -> Callable[[F], F]:
-    """Appends :func:`pipe_options_doc` to an entry point's docstring, so that
-    ``help(aisio.webdataset_dataloader)`` shows every option it takes, not a pointer."""
-
-    def document(fn: F) -> F:
-        fn.__doc__ = (f"{(fn.__doc__ or '').rstrip()}\n\n    Pipeline options (the "
-                      f"``**pipe_options``, the same for every loader):\n"
-                      f"{pipe_options_doc(exclude)}\n")
-        return fn
-
-    return document
 
 
 def samples_pipe(source: IterDataPipe, spec: PipelineSpec, *, shuffle: bool = True
@@ -381,7 +287,7 @@ def drop_last(triples: Iterable[Placed], batch_size: int) -> Iterator[Placed]:
     yield from ((SKIPPED, position, version) for _, position, version in held)
 
 
-class Pack(IterDataPipe):
+class DeliveryPipe(IterDataPipe):
     """Yields :class:`~aisio.core.transport.delivery.Delivery` items: ``(value, position,
     version)`` batched
     and collated as the spec says, each delivery with the positions of its samples. A batch
@@ -404,26 +310,26 @@ class Pack(IterDataPipe):
         if spec.drop_last and spec.batch_size:
             triples = drop_last(triples, spec.batch_size)
         if not (spec.batch_size and spec.collate):
-            return ship_errors(pack(triples, batch_size=spec.batch_size))
+            return ship_errors(deliveries(triples, batch_size=spec.batch_size))
         kept: deque[tuple[int, int, int, bool]] = deque(maxlen=spec.batch_size)
 
         def watched() -> Iterator[Any]:
             for item in triples:
                 if is_kept(item[0]):
-                    kept.append(item[1])  # pack() collates the last len(batch) of these
+                    kept.append(item[1])  # deliveries() collates the last len(batch) of these
                 yield item
 
         def names(n: int) -> list[str]:
             return [sample_name(self.shards, p) for p in list(kept)[-n:]]
 
-        return ship_errors(pack(watched(), batch_size=spec.batch_size,
+        return ship_errors(deliveries(watched(), batch_size=spec.batch_size,
                                 collate=BatchCollate(default_collate, names)))
 
 
 def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int,
                plan: EpochPlan | None = None, rank: int = 0) -> IterDataPipe:
     """Returns the resumable pipeline: :class:`ShardTasks` -> sharding_filter -> load -> parse
-    -> shuffle samples (:class:`EpochShuffle`) -> decode -> :class:`Pack`. Its items are
+    -> shuffle samples (:class:`EpochShuffle`) -> decode -> :class:`DeliveryPipe`. Its items are
     deliveries that a loader unpacks in the training process (see :mod:`aisio.core.pipeline.loop`);
     the
     loader publishes each epoch (and the state it resumes) in ``plan`` before its ``iter()``.
@@ -435,5 +341,5 @@ def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int,
     if spec.shuffle_buffer:
         samples = EpochShuffle(samples, spec.shuffle_buffer, plan=plan, seed=seed, rank=rank)
     if spec.decode_threads:
-        return Pack(ThreadMapper(samples, stage, spec.decode_threads), spec, tasks.shards)
-    return Pack(samples, spec, tasks.shards, stage=stage)
+        return DeliveryPipe(ThreadMapper(samples, stage, spec.decode_threads), spec, tasks.shards)
+    return DeliveryPipe(samples, spec, tasks.shards, stage=stage)

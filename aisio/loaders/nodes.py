@@ -16,26 +16,18 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any
 
-from aisio.core.epochs.plan import EpochPlan
 from aisio.core.epochs.progress import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
 from aisio.core.faults.errors import AISIOError, LoaderUnavailableError
 from aisio.core.faults.policy import SKIPPED, is_kept
 from aisio.core.format.collate import BatchCollate, sample_name
-from aisio.core.order.loader import (
-    OrderedLoader,
-    OrderSetup,
-    check_ordered_options,
-    is_deterministic,
-    refuse_streams,
-)
+from aisio.core.order.loader import OrderedLoader, OrderSetup
 from aisio.core.pipeline.loop import ResumableLoader
 from aisio.core.pipeline.parse import parse_streams
-from aisio.core.pipeline.spec import PipelineSpec, check_options
-from aisio.core.transport.delivery import Failure, Positioned, pack_batch, ship_errors
-from aisio.datapipes.pipeline import documents_pipe_options, shard_names
+from aisio.core.pipeline.spec import PipelineSpec, check_options, documents_options
+from aisio.core.transport.delivery import Failure, Positioned, batch_delivery, ship_errors
 from aisio.loaders.nodes_pool import PoolMapper
-from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
 from aisio.runtime.ordered import batch_collate, can_pin
+from aisio.runtime.setup import LoaderSetup, loader_setup
 
 try:
     import torchdata.nodes as _nodes
@@ -158,7 +150,7 @@ def _deliver(collate: Any, shards: Sequence[Any], drop_last: int, pin: bool, bat
     if collate is not None:
         names = [sample_name(shards, item[1]) for item in items if is_kept(item[0])]
         collate = BatchCollate(collate, lambda n: names[-n:])
-    delivery = pack_batch(items, collate=collate)
+    delivery = batch_delivery(items, collate=collate)
     if not isinstance(batch, list) and not delivery.empty:
         delivery.value = delivery.value[0]  # no batch_size: the item itself, as elsewhere
     if pin:
@@ -179,7 +171,7 @@ _REFUSED = {
 }
 
 
-@documents_pipe_options(exclude=("resampled",))
+@documents_options()
 def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "thread",
                            seed: int | None = None, uneven: str = "drop",
                            prefetch_factor: int = 2, order: str = "fast",
@@ -197,7 +189,8 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
 
     Args:
         shards: a template (``"ais://b/train-{0000..0099}.tar"``), an object, a bucket or
-            prefix (``"ais://b/train/"``, listed once), a list of them, or SDK objects.
+            prefix (``"ais://b/train/"``, listed once, by rank 0 for every rank), a list of
+            them, or SDK objects.
         num_workers: decode in this many threads or processes (``method``); 0: inline.
         method: ``"thread"`` or ``"process"`` (the mapper's workers).
         seed: makes the shuffles reproducible (each epoch still reshuffles).
@@ -216,9 +209,6 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
             ``PinMemory``; without an accelerator, a warning and nothing pinned, as torch's
             DataLoader does).
 
-    Raises:
-        ConfigError: an option it does not take, named with the one to use.
-
     Example:
         >>> loader = webdataset_node_loader("ais://b/train-{000..099}.tar", decode="torchrgb",
         ...     tuple_fields="png cls", batch_size=64, num_workers=2)   # doctest: +SKIP
@@ -230,15 +220,12 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
             "(aisio.webdataset_dataloader)")
     check_options(pipe_options, where="webdataset_node_loader", known=PASSED, refused=_REFUSED)
     node_options = {name: pipe_options.pop(name) for name in PASSED if name in pipe_options}
-    if is_deterministic(order, "webdataset_node_loader"):
-        return _ordered_node_loader(shards, num_workers=num_workers, method=method, seed=seed,
-                                    uneven=uneven, prefetch_factor=prefetch_factor,
-                                    streams=streams, node_options=node_options, **pipe_options)
-    refuse_streams(streams, "webdataset_node_loader")
-    spec = PipelineSpec.build(**pipe_options)
-    refs = shard_names(shards, spec.config)
-    run_seed = shared_seed(seed)
-    rank, world = rank_and_world()
+    setup = loader_setup("webdataset_node_loader", shards, pipe_options, seed=seed,
+                         uneven=uneven, order=order, streams=streams)
+    if setup.deterministic:
+        return _ordered_node_loader(setup, num_workers=num_workers, method=method,
+                                    prefetch_factor=prefetch_factor, node_options=node_options)
+    spec, refs, rank, world = setup.spec, setup.shards, setup.rank, setup.world
     if spec.batch_size and spec.collate:
         from torch.utils.data import default_collate
 
@@ -251,28 +238,31 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
     stage: Any = _Staged(Positioned(spec.stage()), partial(
         _deliver, collate if spec.batch_size else None, refs,
         (spec.batch_size or 0) if spec.drop_last else 0, pin))
-    node = (PoolMapper(node, stage, num_workers, method=method,
-                       in_order=node_options.get("in_order", True),
-                       multiprocessing_context=node_options.get("multiprocessing_context"))
-            if num_workers else Mapper(node, stage))
-    node = Prefetcher(node, prefetch_factor or 2)
+    node = Prefetcher(_mapper(node, stage, num_workers, method, node_options),
+                      prefetch_factor or 2)
     if pin:
         node = PinMemory(node, node_options.get("pin_memory_device") or "")
     loader = Loader(node)
 
     def open_epoch(epoch: int, resume: dict[str, Any] | None) -> Any:
         # Read in this process: the next reset (the loader's iter()) starts from these.
-        samples.tasks = epoch_tasks(refs, run_seed, epoch, shuffle=spec.shuffle_shards,
+        samples.tasks = epoch_tasks(refs, setup.seed, epoch, shuffle=spec.shuffle_shards,
                                     resume=resume)[rank::world]
-        samples.seed = epoch_seed(run_seed, epoch) + rank
+        samples.seed = epoch_seed(setup.seed, epoch) + rank
         return loader
 
-    def close() -> None:
-        _stop_threads(loader)
+    return setup.resumable(open_epoch=open_epoch, close=lambda: _stop_threads(loader))
 
-    return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch,
-                                         close=close, report=spec.report, timings=spec.times,
-                                         sync=drop_sync(uneven)), uneven)
+
+def _mapper(node: Any, stage: Any, num_workers: int, method: str,
+            node_options: dict[str, Any]) -> Any:
+    """Returns ``stage`` mapped over ``node``: by a :class:`PoolMapper` of ``num_workers``
+    threads or processes (``method``) that live across epochs, or inline without workers."""
+    if not num_workers:
+        return Mapper(node, stage)
+    return PoolMapper(node, stage, num_workers, method=method,
+                      in_order=node_options.get("in_order", True),
+                      multiprocessing_context=node_options.get("multiprocessing_context"))
 
 
 def _pin(node_options: dict[str, Any], stacklevel: int = 3) -> bool:
@@ -286,38 +276,25 @@ def _pin(node_options: dict[str, Any], stacklevel: int = 3) -> bool:
     return pin
 
 
-def _ordered_node_loader(shards: Any, *, num_workers: int, method: str, seed: int | None,
-                         uneven: str, prefetch_factor: int, streams: int | None,
-                         node_options: dict[str, Any], **pipe_options: Any) -> OrderedLoader:
+def _ordered_node_loader(setup: LoaderSetup, *, num_workers: int, method: str,
+                         prefetch_factor: int, node_options: dict[str, Any]) -> OrderedLoader:
     """``webdataset_node_loader(order="deterministic")``: :class:`RoundPacks` ->
     :class:`~aisio.loaders.nodes_pool.PoolMapper` (decode, in order) -> ``Prefetcher`` ->
-    ``Loader``; batches made (and
-    pinned) in the training loop."""
-    check_ordered_options(pipe_options, "webdataset_node_loader")
-    spec = PipelineSpec.build(**pipe_options)
-    refs = shard_names(shards, spec.config)
-    run_seed = shared_seed(seed)
-    rank, world = rank_and_world()
-    plan = EpochPlan()  # the packs are read in this process
-    setup = OrderSetup.build(refs, spec, seed=run_seed, streams=streams, rank=rank,
-                             world=world, epochs=plan, where="webdataset_node_loader")
+    ``Loader``; batches made (and pinned) in the training loop."""
+    plan = setup.epoch_plan(shared=False)  # the packs are read in this process
+    order = setup.order(plan)
     pin = _pin(node_options, stacklevel=4)
-    node: Any = RoundPacks(setup)
-    stage: Any = setup.stage_pack
-    node = (PoolMapper(node, stage, num_workers, method=method,
-                       in_order=node_options.get("in_order", True),
-                       multiprocessing_context=node_options.get("multiprocessing_context"))
-            if num_workers else Mapper(node, stage))
-    loader = Loader(Prefetcher(node, prefetch_factor or 2))
+    loader = Loader(Prefetcher(_mapper(RoundPacks(order), order.stage_pack, num_workers,
+                                       method, node_options), prefetch_factor or 2))
 
     def open_rounds(epoch: int, resume: dict[str, Any] | None) -> Any:
         plan.publish(epoch, resume)  # the next reset (the loader's iter()) reads it
         return loader
 
-    collate = batch_collate(spec, pin=pin, device=node_options.get("pin_memory_device") or None)
-    return keep_exchange(OrderedLoader(setup, open_epoch=open_rounds, collate=collate,
-                                       close=lambda: _stop_threads(loader),
-                                       sync=drop_sync(uneven)), uneven)
+    collate = batch_collate(setup.spec, pin=pin,
+                            device=node_options.get("pin_memory_device") or None)
+    return setup.ordered(order, open_epoch=open_rounds, collate=collate,
+                         close=lambda: _stop_threads(loader))
 
 
 def _stop_threads(root: Any) -> None:

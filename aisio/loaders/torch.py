@@ -20,21 +20,14 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from aisio.core.epochs.plan import EpochPlan
 from aisio.core.faults.errors import ConfigError, LoaderUnavailableError
-from aisio.core.order.loader import (
-    OrderedLoader,
-    OrderSetup,
-    check_ordered_options,
-    is_deterministic,
-    refuse_streams,
-)
+from aisio.core.order.loader import OrderedLoader
 from aisio.core.pipeline.loop import ResumableLoader
-from aisio.core.pipeline.spec import PipelineSpec, check_options
+from aisio.core.pipeline.spec import check_options, documents_options
 from aisio.core.transport.delivery import Delivery
-from aisio.datapipes.pipeline import documents_pipe_options, epoch_pipe, shard_names
-from aisio.runtime.dist import drop_sync, keep_exchange, rank_and_world, shared_seed
+from aisio.datapipes.pipeline import epoch_pipe
 from aisio.runtime.ordered import OrderedStreams, batch_collate, can_pin
+from aisio.runtime.setup import loader_setup
 from aisio.runtime.workers import widen_pipe, worker_init_fn
 
 #: DataLoader's options these loaders pass through (``drop_last`` is the pipeline's: batches
@@ -109,9 +102,6 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
             seed: int | None, uneven: str, order: str = "fast", streams: int | None = None,
             **options: Any) -> ResumableLoader | OrderedLoader:
     check_options(options, where=where, known=PASSED)
-    deterministic = is_deterministic(order, where)
-    if not deterministic:
-        refuse_streams(streams, where)
     torch_options = {name: options.pop(name) for name in PASSED if name in options}
     if "in_order" in torch_options and (
             "in_order" not in inspect.signature(loader_class).parameters):
@@ -120,18 +110,26 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
     if not num_workers and any(torch_options.get(name) for name in _WORKERS_ONLY):
         raise ConfigError(f"{where}(): {', '.join(n for n in _WORKERS_ONLY if n in torch_options)}"
                           " go(es) with worker processes: pass num_workers=N (N >= 1)")
-    if deterministic:
-        check_ordered_options(options, where)
-    spec = PipelineSpec.build(**options)
-    refs = shard_names(shards, spec.config)
-    run_seed = shared_seed(seed)
-    plan = EpochPlan.temporary() if num_workers else EpochPlan()
-    rank, world = rank_and_world()
+    setup = loader_setup(where, shards, options, seed=seed, uneven=uneven, order=order,
+                         streams=streams)
+    plan = setup.epoch_plan(shared=bool(num_workers))
     # Deliveries are pinned where torch pins (with an accelerator); without one, torch warns.
     pinned = can_pin(torch_options.get("pin_memory"))
+    if setup.deterministic:
+        order_setup = setup.order(plan)
+        device = torch_options.get("pin_memory_device") or None
+        if pinned:  # the batch is made, and pinned, in the training process
+            torch_options["pin_memory"] = False
+            torch_options.pop("pin_memory_device", None)
+        dataset: Any = OrderedStreams(order_setup)
+        collate_fn: Any = _as_is
+    else:
+        dataset = epoch_pipe(setup.shards, setup.spec, seed=setup.seed, plan=plan,
+                             rank=setup.rank)
+        collate_fn = _pinnable if pinned else _as_is
     current: list[Any] = []
 
-    def build(dataset: Any, collate_fn: Any) -> Any:
+    def build() -> Any:
         kwargs = {name: value for name, value in torch_options.items()
                   if value is not None or name not in _WORKERS_ONLY}
         if num_workers:
@@ -140,7 +138,7 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
             # Built now, in the thread that iterates: workers end with the training process.
             kwargs["worker_init_fn"] = worker_init_fn(kwargs.get("worker_init_fn"))
         generator = torch.Generator()  # DataLoader's per-epoch seeds, not the global RNG
-        generator.manual_seed(run_seed)
+        generator.manual_seed(setup.seed)
         with _quiet_set_vital():
             loader = loader_class(dataset, batch_size=None, num_workers=num_workers,
                                   collate_fn=collate_fn, generator=generator, **kwargs)
@@ -148,42 +146,23 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
             _widen_results(loader)
         return loader
 
+    def open_epoch(epoch: int, resume: dict[str, Any] | None) -> Any:
+        plan.publish(epoch, resume)  # before iter(): the workers read it when they start
+        if not current:
+            current.append(build())
+        return current[0]
+
     def close() -> None:
         while current:
             _stop_workers(current.pop())
 
-    if deterministic:
-        setup = OrderSetup.build(refs, spec, seed=run_seed, streams=streams, rank=rank,
-                                 world=world, epochs=plan, where=where)
-        device = torch_options.get("pin_memory_device") or None
-        if pinned:  # the batch is made, and pinned, in the training process
-            torch_options["pin_memory"] = False
-            torch_options.pop("pin_memory_device", None)
-
-        def open_rounds(epoch: int, resume: dict[str, Any] | None) -> Any:
-            plan.publish(epoch, resume)  # before iter(): the workers read it when they start
-            if not current:
-                current.append(build(OrderedStreams(setup), _as_is))
-            return current[0]
-
-        collate = batch_collate(spec, pin=pinned, device=device)
-        return keep_exchange(OrderedLoader(setup, open_epoch=open_rounds, collate=collate,
-                                           close=close, sync=drop_sync(uneven)), uneven)
-
-    pipe = epoch_pipe(refs, spec, seed=run_seed, plan=plan, rank=rank)
-
-    def open_epoch(epoch: int, resume: dict[str, Any] | None) -> Any:
-        plan.publish(epoch, resume)  # before iter(): the workers read it when they start
-        if not current:
-            current.append(build(pipe, _pinnable if pinned else _as_is))
-        return current[0]
-
-    return keep_exchange(ResumableLoader(refs, seed=run_seed, open_epoch=open_epoch, close=close,
-                                         report=spec.report, timings=spec.times,
-                                         sync=drop_sync(uneven)), uneven)
+    if setup.deterministic:
+        return setup.ordered(order_setup, open_epoch=open_epoch, close=close,
+                             collate=batch_collate(setup.spec, pin=pinned, device=device))
+    return setup.resumable(open_epoch=open_epoch, close=close)
 
 
-@documents_pipe_options(exclude=("resampled",))
+@documents_options()
 def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
                           uneven: str = "drop", order: str = "fast", streams: int | None = None,
                           **options: Any) -> ResumableLoader | OrderedLoader:
@@ -197,7 +176,8 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
 
     Args:
         shards: a template (``"ais://b/train-{0000..0099}.tar"``), an object, a bucket or
-            prefix (``"ais://b/train/"``, listed once), a list of them, or SDK objects.
+            prefix (``"ais://b/train/"``, listed once, by rank 0 for every rank), a list of
+            them, or SDK objects.
         num_workers: DataLoader worker processes (0: read in the training process).
         seed: makes the shuffles reproducible (each epoch still reshuffles).
         uneven: with torch.distributed, ``"drop"`` (every rank stops when the first runs out,
@@ -218,9 +198,6 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
             (default 2), ``multiprocessing_context``, ``timeout``, ``in_order`` and
             ``worker_init_fn``, passed to it.
 
-    Raises:
-        ConfigError: an option it does not take, named with the one to use.
-
     Example:
         >>> loader = webdataset_dataloader("ais://b/train-{000..099}.tar", decode="torchrgb",
         ...     tuple_fields=("png", "cls"), batch_size=64, num_workers=2)   # doctest: +SKIP
@@ -229,7 +206,7 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
                    seed=seed, uneven=uneven, order=order, streams=streams, **options)
 
 
-@documents_pipe_options(exclude=("resampled",))
+@documents_options()
 def webdataset_stateful_loader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
                                uneven: str = "drop", order: str = "fast",
                                streams: int | None = None, **options: Any

@@ -1,4 +1,5 @@
-"""torch.distributed, as the loaders need it: rank and world, a shared seed, stopping together."""
+"""torch.distributed, as the loaders need it: rank and world, a shared seed, what rank 0 says,
+stopping together, the ranks' states merged."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -17,6 +18,16 @@ from aisio.core.epochs import received
 from aisio.core.epochs.progress import merge_states, shard_list_id
 from aisio.core.faults.errors import ClusterError
 from aisio.core.order.streams import merge_order_states
+
+Uneven = Literal["drop", "keep"]
+"""What a loader does when its ranks get unequal shares: every rank stops when the first runs out
+(``"drop"``), or each reads all of its share (``"keep"``)."""
+
+
+def check_uneven(uneven: str) -> None:
+    """Raises ValueError unless ``uneven`` is ``"drop"`` or ``"keep"``."""
+    if uneven not in ("drop", "keep"):
+        raise ValueError(f"uneven={uneven!r} must be 'drop' or 'keep'")
 
 
 def initialized() -> bool:
@@ -42,8 +53,7 @@ def shared_seed(seed: int | None) -> int:
 def drop_sync(uneven: str) -> Callable[[bool], bool] | None:
     """Returns the per-item check that stops every rank when one runs out (``uneven="drop"``),
     or None where it is not needed (one process, or ``uneven="keep"``)."""
-    if uneven not in ("drop", "keep"):
-        raise ValueError(f"uneven={uneven!r} must be 'drop' or 'keep'")
+    check_uneven(uneven)
     if uneven == "keep" or not initialized() or dist.get_world_size() < 2:
         return None
     group = _gloo()
@@ -54,6 +64,33 @@ def drop_sync(uneven: str) -> Callable[[bool], bool] | None:
         return bool(flag.item())
 
     return sync
+
+
+class JobRanks:
+    """Every rank of the job, over aisio's gloo group: what the ranks of a loader's set-up say to
+    each other (see :func:`aisio.runtime.setup.agree_on_shards`)."""
+
+    def __init__(self) -> None:
+        self.rank, self.world = rank_and_world()
+        self.group = _gloo()
+
+    def broadcast(self, value: Any) -> Any:
+        """Returns rank 0's ``value`` on every rank (a collective; picklable values)."""
+        box = [value]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+    def flags(self, flag: bool) -> list[bool]:
+        """Returns every rank's ``flag``, by rank (a collective)."""
+        mine = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        every = [torch.zeros(1, dtype=torch.int32) for _ in range(self.world)]
+        dist.all_gather(every, mine, group=self.group)
+        return [bool(each.item()) for each in every]
+
+
+def job_ranks() -> JobRanks | None:
+    """Returns the job's ranks under torch.distributed with more than one rank, else None."""
+    return JobRanks() if initialized() and dist.get_world_size() > 1 else None
 
 
 def gather_state(loader: Any) -> dict[str, Any]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aisio
+import aisio.runtime.setup
 from aisio.core.store.client import Client
 from aisio.core.store.urls import Bucket
 from tests.conftest import LOADERS, write_shards
@@ -181,16 +181,11 @@ def test_workers_live_across_epochs_and_a_bad_shard_keeps_its_error(
 @contextlib.contextmanager
 def _as_rank(monkeypatch: pytest.MonkeyPatch, rank: int, world: int) -> Iterator[None]:
     """Builds a loader as rank ``rank`` of ``world`` in this process: every loader reads its
-    rank from ``rank_and_world`` when it is built (its workers get it in the plan)."""
+    rank from ``rank_and_world`` in its set-up (:mod:`aisio.runtime.setup`) when it is built
+    (its workers get it in the plan)."""
     with monkeypatch.context() as patch:
-        for module in _FRONT_ENDS:
-            patch.setattr(module, "rank_and_world", lambda: (rank, world))
+        patch.setattr(aisio.runtime.setup, "rank_and_world", lambda: (rank, world))
         yield
-
-
-_FRONT_ENDS = [sys.modules[name] for name in ("aisio.loaders.torch", "aisio.loaders.nodes",
-                                               "aisio.datapipes.dataloader2")
-               if name in sys.modules]
 
 
 def _ranks(kind: str, template: str, endpoint: str, world: int, workers: int,

@@ -42,7 +42,13 @@ from aisio.core.faults.policy import SKIPPED
 from aisio.core.pipeline.parse import task_samples
 from aisio.core.store.sources import ObjectRef
 from aisio.core.store.urls import parse_ais_url
-from aisio.core.transport.delivery import POSITION, Delivery, Positioned, pack, pack_batch
+from aisio.core.transport.delivery import (
+    POSITION,
+    Delivery,
+    Positioned,
+    batch_delivery,
+    deliveries,
+)
 
 Position = tuple[int, int, int, bool]
 
@@ -123,7 +129,7 @@ def run(sizes: Sequence[int], tasks: list[ShardTask], topo: Topology,
         items = shuffle_buffer(interleave(streams, rng), topo.buffer, rng)
         pairs = [Positioned()({"x": pos[1], POSITION: pos}) for pos in items]
         count = 0
-        for delivery in pack(pairs, batch_size=topo.batch):
+        for delivery in deliveries(pairs, batch_size=topo.batch):
             if count + len(delivery.positions) > limit:
                 break
             progress.record(delivery.positions)
@@ -402,7 +408,7 @@ def test_check_state_refuses_a_state_of_another_shard_list() -> None:
         check_state(state, refs(4)[::-1])
 
 
-# -- property 6: pack, pack_batch, shuffle_buffer ------------------------------------------
+# -- property 6: deliveries, batch_delivery, shuffle_buffer ----------------------------------
 
 
 positions = st.lists(st.tuples(st.integers(0, 99), st.integers(0, 99), st.integers(0, 10**6),
@@ -411,31 +417,31 @@ positions = st.lists(st.tuples(st.integers(0, 99), st.integers(0, 99), st.intege
 
 @SETTINGS
 @given(positions, st.integers(0, 7), st.lists(st.booleans(), max_size=40))
-def test_pack_keeps_positions_aligned_with_values(pos: list[Position], batch_size: int,
-                                                  skipped: list[bool]) -> None:
+def test_deliveries_keep_positions_aligned_with_values(pos: list[Position], batch_size: int,
+                                                        skipped: list[bool]) -> None:
     stage = Positioned(lambda s: SKIPPED if s["skip"] else s["value"])
     flags = [bool(skipped[i]) if i < len(skipped) else False for i in range(len(pos))]
     pairs = [stage({"value": p, "skip": f, POSITION: p}) for p, f in zip(pos, flags,
                                                                             strict=True)]
-    deliveries = list(pack(pairs, batch_size=batch_size, collate=tuple if batch_size else None))
-    assert all(isinstance(d, Delivery) for d in deliveries)
-    assert [p for d in deliveries for p in d.positions] == pos  # skipped ones included
+    out = list(deliveries(pairs, batch_size=batch_size, collate=tuple if batch_size else None))
+    assert all(isinstance(d, Delivery) for d in out)
+    assert [p for d in out for p in d.positions] == pos  # skipped ones included
     kept = [p for p, f in zip(pos, flags, strict=True) if not f]
-    values = [v for d in deliveries if not d.empty
+    values = [v for d in out if not d.empty
               for v in (list(d.value) if batch_size else [d.value])]
     assert values == kept  # every kept value once, in order, with its position delivered
-    for d in deliveries:
+    for d in out:
         got = [] if d.empty else (list(d.value) if batch_size else [d.value])
         assert set(got) <= set(d.positions)
     if batch_size:
-        full = [d for d in deliveries if not d.empty]
+        full = [d for d in out if not d.empty]
         assert all(len(d.value) == batch_size for d in full[:-1])
 
 
 @SETTINGS
 @given(positions)
-def test_pack_batch_keeps_positions_aligned_with_values(pos: list[Position]) -> None:
-    delivery = pack_batch([(p, p, None) for p in pos])
+def test_batch_delivery_keeps_positions_aligned_with_values(pos: list[Position]) -> None:
+    delivery = batch_delivery([(p, p, None) for p in pos])
     assert list(delivery.positions) == pos
     assert delivery.empty == (not pos) or delivery.value == pos
 

@@ -4,6 +4,8 @@ entry point; and drop_last keeps the positions of what it drops."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 
 import aisio
 from aisio.core.faults.policy import SKIPPED
+from aisio.core.pipeline.spec import PipelineOptions, PipelineSpec, pipeline_options
 from tests.conftest import HAS_DATALOADER2, LOADERS
 
 SHARDS = "ais://b/s-{0..1}.tar"
@@ -144,3 +147,55 @@ def test_more_streams_than_shards_warn_at_construction_with_the_fix(kind: str) -
         loader = LOADERS[kind](five, url=ENDPOINT, order="deterministic", batch_size=16,
                                streams=8, seed=1)
     loader.shutdown()
+
+
+# -- the options, declared once (PipelineOptions) ---------------------------------------------
+
+#: webdataset_pipe's keyword options and their defaults: the public API, pinned.
+PIPE_OPTIONS = {
+    "endpoint": None, "url": None, "config": None, "etl": None, "shuffle_shards": True,
+    "shuffle_buffer": 1000, "decode": None, "decode_threads": 0, "tuple_fields": None,
+    "batch_size": None, "collate": True, "drop_last": False, "on_error": "raise",
+    "report": None, "resampled": False, "concurrency": 1, "cache": None, "timings": False,
+    "map": None,
+}
+
+
+def _keywords(fn: Any) -> dict[str, Any]:
+    return {p.name: p.default for p in inspect.signature(fn).parameters.values()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def test_the_pipes_keyword_options_and_defaults_are_pinned() -> None:
+    assert _keywords(aisio.webdataset_pipe) == PIPE_OPTIONS
+    assert _keywords(PipelineSpec.build) == {k: v for k, v in PIPE_OPTIONS.items()
+                                             if k != "resampled"}
+    assert pipeline_options() == tuple(_keywords(PipelineSpec.build))
+
+
+def test_the_option_defaults_are_the_specs() -> None:
+    """The spec keeps no defaults of its own: what an option left out becomes is its declared
+    default, checked and resolved once (PipelineSpec.build)."""
+    spec = PipelineSpec.build(endpoint=ENDPOINT)
+    resolved = {"config", "etl", "report"}  # made into an AISConfig, an ETL, an ErrorReport
+    kept = ({f.name for f in dataclasses.fields(PipelineSpec)} & set(pipeline_options())
+            - resolved)
+    assert len(kept) == 11
+    for option in dataclasses.fields(PipelineOptions):
+        if option.name in kept:
+            assert getattr(spec, option.name) == option.default, option.name
+    assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(PipelineSpec))
+
+
+@pytest.mark.parametrize("entry", ["webdataset_pipe", "webdataset_dataloader",
+                                   "webdataset_stateful_loader", "webdataset_node_loader",
+                                   "webdataset_loader"])
+def test_every_entry_point_documents_every_option_from_its_declaration(entry: str) -> None:
+    doc = getattr(aisio, entry).__doc__ or ""
+    if "DataLoader2" in doc and "needs torchdata < 0.10" in doc.splitlines()[0]:
+        pytest.skip("the stand-in for DataLoader2's loader (torchdata >= 0.10)")
+    for option in dataclasses.fields(PipelineOptions):
+        entries = re.findall(rf"^ {{8}}{option.name}: ", doc, flags=re.MULTILINE)
+        assert len(entries) == 1, (entry, option.name)
+        first_words = " ".join(option.metadata["doc"].split()[:6])
+        assert first_words in " ".join(doc.split()), (entry, option.name)

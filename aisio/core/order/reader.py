@@ -16,7 +16,8 @@ the last span of that shard (usually the newest samples, just before the saved b
 that same request, which then starts at the span; every shard read again must still have the
 content id the state names.
 :func:`reader_rounds` is what one worker (or the training process, without workers) runs over
-its streams: a :class:`Pack` of chunks per group of rounds (:func:`rounds_per_item`).
+its streams: their chunks, as one :class:`RoundChunks` per group of rounds
+(:func:`rounds_per_item`).
 """
 
 from __future__ import annotations
@@ -75,35 +76,35 @@ class Chunk:
                 f"sample(s){', done' if self.done else ''})")
 
 
-class Pack(list):
+class RoundChunks(list):
     """What a reader sends at once: its chunks of a group of consecutive rounds
     (:func:`reader_rounds`), in round then stream order.
 
     Sent to another process through a ``multiprocessing`` queue, the chunks' samples cross
     through shared memory (:mod:`aisio.core.transport.ring`) when their payload is worth it, and
-    are copied out as the pack is unpickled; the rest (rounds, traces) is pickled."""
+    are copied out as it is unpickled; the rest (rounds, traces) is pickled."""
 
     __slots__ = ()
 
 
-def _to_another_process(pack: Pack) -> tuple[Any, ...]:
+def _to_another_process(pack: RoundChunks) -> tuple[Any, ...]:
     # one flat list of like samples: the transport sizes it from its first sample
     shipped = ring.export([value for chunk in pack for value in chunk.values])
     if shipped is None:
-        return (Pack, (list(pack),))
+        return (RoundChunks, (list(pack),))
     bare = [Chunk(chunk.stream, chunk.round, [], chunk.trace, chunk.done, chunk.versions)
             for chunk in pack]
     return (_arrived, (bare, [len(chunk.values) for chunk in pack], shipped))
 
 
-def _arrived(chunks: list[Chunk], counts: list[int], shipped: ring.Shipped) -> Pack:
+def _arrived(chunks: list[Chunk], counts: list[int], shipped: ring.Shipped) -> RoundChunks:
     values, at = shipped.open(), 0
     for chunk, count in zip(chunks, counts, strict=True):
         chunk.values, at = values[at:at + count], at + count
-    return Pack(chunks)
+    return RoundChunks(chunks)
 
 
-ForkingPickler.register(Pack, _to_another_process)
+ForkingPickler.register(RoundChunks, _to_another_process)
 
 
 ITEM_SAMPLES = 64
@@ -351,8 +352,8 @@ class StreamReader:
 def reader_rounds(plan: OrderPlan, streams: Sequence[int], open: Opener, *,
                   state: dict[str, Any] | None = None, policy: ErrorPolicy | None = None,
                   stage: Callable[[Any], Any] | None = None, group: int = 1
-                  ) -> Iterator[Pack]:
-    """Yields the chunks of ``streams`` as :class:`Pack` s of ``group`` rounds: rounds
+                  ) -> Iterator[RoundChunks]:
+    """Yields the chunks of ``streams``, one :class:`RoundChunks` per ``group`` rounds: rounds
     ``[g * group, (g + 1) * group)`` (what one worker sends as one item; every reader of a rank
     groups alike, so that a loader handing out its workers' items in turn keeps them in step).
 
@@ -370,7 +371,7 @@ def reader_rounds(plan: OrderPlan, streams: Sequence[int], open: Opener, *,
                             stage=stage) for s in streams]
     live = {r.stream: (r, r.chunks()) for r in readers if not r.done}
     due = {r.stream: r.n_out // plan.per_round for r, _ in live.values()}
-    pack = Pack()
+    pack = RoundChunks()
     while live:
         now = min(due.values())
         for stream in [s for s in streams if s in live and due[s] == now]:
@@ -381,8 +382,8 @@ def reader_rounds(plan: OrderPlan, streams: Sequence[int], open: Opener, *,
                 del live[stream], due[stream]
         if not live or (now + 1) % group == 0:
             yield pack
-            pack = Pack()
+            pack = RoundChunks()
 
 
-__all__ = ["ITEM_SAMPLES", "MAX_GROUP", "Chunk", "Opener", "Pack", "StreamReader", "Trace",
-           "reader_rounds", "refill", "reorder_window", "rounds_per_item"]
+__all__ = ["ITEM_SAMPLES", "MAX_GROUP", "Chunk", "Opener", "RoundChunks", "StreamReader",
+           "Trace", "reader_rounds", "refill", "reorder_window", "rounds_per_item"]

@@ -1,17 +1,21 @@
 """The pipeline's options, checked once: what every front end builds the same pipeline from.
 
 Every loader entry point (DataLoader2, DataLoader, StatefulDataLoader, torchdata.nodes) takes the
-same keyword options as :func:`aisio.webdataset_pipe`; :meth:`PipelineSpec.build` turns them into
-one frozen, picklable value, so the rules (defaults, types, what goes with what) live here.
+same keyword options as :func:`aisio.webdataset_pipe`. They are declared once, with their
+defaults and docs, as the fields of :class:`PipelineOptions`; the entry points' docs and
+:func:`aisio.webdataset_pipe`'s signature are made from it, and :meth:`PipelineSpec.build` checks
+them and turns them into one frozen, picklable value: the rules (defaults, types, what goes with
+what) live here.
 """
 
 from __future__ import annotations
 
 import difflib
 import inspect
+import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 from aisio.core.faults.errors import ConfigError
 from aisio.core.faults.policy import ErrorPolicy, OnError, check_on_error
@@ -33,87 +37,136 @@ DEFAULT_SHUFFLE_BUFFER = 1000
 
 
 @dataclass(frozen=True)
-class PipelineSpec:
-    """Everything between a shard and a batch, except the shards and the loader.
+class PipelineOptions:
+    """The pipeline's options, as a user passes them: declared here once, with their defaults
+    and docs. Every entry point takes them by keyword (:func:`aisio.webdataset_pipe` and every
+    loader); their docs (:func:`options_doc`), :func:`aisio.webdataset_pipe`'s signature
+    (:func:`options_signature`) and the names an unknown option is matched against
+    (:func:`pipeline_options`) are made from these fields, and :meth:`PipelineSpec.build` checks
+    them.
+    """
 
-    Build it with :meth:`build`, which takes the keyword options of
-    :func:`aisio.webdataset_pipe`.
+    endpoint: str | None = field(default=None, metadata={"doc": (
+        "AIStore endpoint (else ``config``, else ``AIS_ENDPOINT``); ``url=`` is accepted too, "
+        "as the removed AIStore/torchdata DataPipes spelled it.")})
+    url: str | None = field(default=None, metadata={"doc": (
+        "the same as ``endpoint`` (the DataPipes' spelling).")})
+    config: AISConfig | None = field(default=None, metadata={"doc": "an :class:`AISConfig`."})
+    etl: ETL | str | Any | None = field(default=None, metadata={"doc": (
+        "an ETL to apply to every shard on the server.")})
+    shuffle_shards: bool = field(default=True, metadata={"doc": (
+        "shuffle the shard order each epoch (before the shard split).")})
+    shuffle_buffer: int = field(default=DEFAULT_SHUFFLE_BUFFER, metadata={"doc": (
+        "shuffle samples through a buffer of this many, in each reading process (default 1000, "
+        "as every aisio loader; 0: shard order). It holds that many undecoded samples per "
+        "worker (1000 x 100 KiB JPEGs: about 100 MB each), and the first sample waits until it "
+        "is full or the worker's shards run out.")})
+    decode: str | Decoder | None = field(default=None, metadata={"doc": (
+        "an image spec for :class:`Decoder` (``\"torchrgb\"``, ``\"pil\"``, ...) or a "
+        "Decoder.")})
+    decode_threads: int = field(default=0, metadata={"doc": (
+        "decode with this many threads per process, in order (image decoders release the GIL, "
+        "so this helps where cores are idle); 0 decodes inline.")})
+    tuple_fields: Sequence[str] | str | None = field(default=None, metadata={"doc": (
+        "fields to turn each sample into a tuple, e.g. ``(\"png;jpg\", \"cls\")`` or "
+        "``\"png;jpg cls\"`` (webdataset's spelling).")})
+    batch_size: int | None = field(default=None, metadata={"doc": (
+        "batch in the worker (before samples cross to the main process).")})
+    collate: bool = field(default=True, metadata={"doc": (
+        "collate batches into tensors with torch's default collate.")})
+    drop_last: bool = field(default=False, metadata={"doc": (
+        "drop each reader's last batch when it has fewer than ``batch_size`` samples (per "
+        "worker and per rank, as a DataLoader's batches are made in them).")})
+    on_error: OnError = field(default="raise", metadata={"doc": (
+        "what to do with a bad or missing shard, and with a bad sample (a field that does not "
+        "decode, or lacks a field of ``tuple_fields``): ``raise``, or ``warn``/``skip`` to go "
+        "on with the next shard or sample, recorded in ``report`` (shard, offset or "
+        "``<key>.<field>``, reason).")})
+    report: ErrorReport | None = field(default=None, metadata={"doc": (
+        "where skipped shards and samples are recorded; by default a temporary file that "
+        "worker processes share, available as ``pipe.report``.")})
+    concurrency: int = field(default=1, metadata={"doc": "parallel GETs (for many small shards)."})
+    cache: ShardCache | None = field(default=None, metadata={"doc": (
+        "a :class:`ShardCache` keeping read shards on local disk for later epochs.")})
+    timings: bool = field(default=False, metadata={"doc": (
+        "measure where the time goes (network reads, tar parsing, decoding) in every process, "
+        "as ``pipe.timings`` (a :class:`~aisio.core.system.timing.StageTimes`).")})
+    map: Callable[[Any], Any] | None = field(default=None, metadata={"doc": (
+        "a function applied to each sample (or tuple, after ``decode`` and ``tuple_fields``) "
+        "before batching, in the workers: webdataset's ``.map`` / ``.map_tuple``. The one-call "
+        "loaders stay resumable with it (each result keeps its sample's position). With "
+        "workers it must pickle: ``def`` at module level.")})
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """Everything between a shard and a batch, except the shards and the loader: the
+    :class:`PipelineOptions` checked and resolved (the endpoint to a config, ``decode`` to a
+    :class:`Decoder`, ``timings`` to the shared :class:`StageTimes`, ...).
+
+    Build it with :meth:`build`, which takes the pipeline options by keyword.
     """
 
     config: AISConfig
-    etl: ETL | None = None
-    shuffle_shards: bool = True
-    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
-    decoder: Decoder | None = None
-    decode_threads: int = 0
-    tuple_fields: tuple[str, ...] | None = None
-    batch_size: int | None = None
-    collate: bool = True
-    drop_last: bool = False
-    on_error: OnError = "raise"
-    report: ErrorReport = field(default_factory=ErrorReport)
-    concurrency: int = 1
-    cache: ShardCache | None = None
-    times: StageTimes | None = None
-    map: Callable[[Any], Any] | None = None
+    etl: ETL | None
+    shuffle_shards: bool
+    shuffle_buffer: int
+    decoder: Decoder | None
+    decode_threads: int
+    tuple_fields: tuple[str, ...] | None
+    batch_size: int | None
+    collate: bool
+    drop_last: bool
+    on_error: OnError
+    report: ErrorReport
+    concurrency: int
+    cache: ShardCache | None
+    times: StageTimes | None
+    map: Callable[[Any], Any] | None
 
     @classmethod
-    def build(
-        cls,
-        *,
-        endpoint: str | None = None,
-        url: str | None = None,
-        config: AISConfig | None = None,
-        etl: ETL | str | Any | None = None,
-        shuffle_shards: bool = True,
-        shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
-        decode: str | Decoder | None = None,
-        decode_threads: int = 0,
-        tuple_fields: Sequence[str] | str | None = None,
-        batch_size: int | None = None,
-        collate: bool = True,
-        drop_last: bool = False,
-        on_error: OnError = "raise",
-        report: ErrorReport | None = None,
-        concurrency: int = 1,
-        cache: ShardCache | None = None,
-        timings: bool = False,
-        map: Callable[[Any], Any] | None = None,
-    ) -> PipelineSpec:
-        """Returns the spec for these options (see :func:`aisio.webdataset_pipe`).
+    def build(cls, **options: Any) -> PipelineSpec:
+        """Returns the spec for these options (the fields of :class:`PipelineOptions`): the
+        one place they are checked.
 
         Raises:
             ValueError: an option is out of range.
-            ConfigError: no endpoint is given or set.
+            ConfigError: an option it does not know, or no endpoint is given or set.
         """
-        check_on_error(on_error)
-        if shuffle_buffer < 0 or decode_threads < 0:
+        check_options(options, where="PipelineSpec.build")
+        given = PipelineOptions(**options)
+        check_on_error(given.on_error)
+        if given.shuffle_buffer < 0 or given.decode_threads < 0:
             raise ValueError("shuffle_buffer and decode_threads must be >= 0")
+        batch_size = given.batch_size
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be at least 1 (None: no batches)")
-        if drop_last and not batch_size:
+        if given.drop_last and not batch_size:
             raise ConfigError("drop_last=True drops each reader's last incomplete batch: it goes "
                               "with batch_size=N (or drop drop_last)")
-        fields = None if tuple_fields is None else field_names(tuple_fields, what="tuple_fields")
+        fields = (None if given.tuple_fields is None
+                  else field_names(given.tuple_fields, what="tuple_fields"))
+        report = given.report
         if report is None:
-            report = ErrorReport.temporary() if on_error != "raise" else ErrorReport()
+            report = ErrorReport.temporary() if given.on_error != "raise" else ErrorReport()
+        decode = given.decode
         return cls(
-            config=resolve_config(url, config, endpoint=endpoint),
-            etl=to_etl(etl),
-            shuffle_shards=shuffle_shards,
-            shuffle_buffer=shuffle_buffer,
+            config=resolve_config(given.url, given.config, endpoint=given.endpoint),
+            etl=to_etl(given.etl),
+            shuffle_shards=given.shuffle_shards,
+            shuffle_buffer=given.shuffle_buffer,
             decoder=decode if isinstance(decode, Decoder) or decode is None else Decoder(decode),
-            decode_threads=decode_threads,
+            decode_threads=given.decode_threads,
             tuple_fields=tuple(fields) if fields else None,
             batch_size=batch_size,
-            collate=collate,
-            drop_last=bool(drop_last),
-            on_error=on_error,
+            collate=given.collate,
+            drop_last=bool(given.drop_last),
+            on_error=given.on_error,
             report=report,
-            concurrency=concurrency,
-            cache=cache,
-            times=StageTimes.temporary() if timings else None,
-            map=check_map(map),
+            concurrency=given.concurrency,
+            cache=given.cache,
+            times=StageTimes.temporary() if given.timings else None,
+            map=check_map(given.map),
         )
 
     def stage(self) -> SampleStage | None:
@@ -193,9 +246,72 @@ FOREIGN_OPTIONS: dict[str, tuple[str, Callable[[Any], str]]] = {
 
 
 def pipeline_options() -> tuple[str, ...]:
-    """Returns the names of the pipeline's options (:meth:`PipelineSpec.build`'s)."""
-    return tuple(name for name, p in inspect.signature(PipelineSpec.build).parameters.items()
-                 if p.kind is inspect.Parameter.KEYWORD_ONLY)
+    """Returns the names of the pipeline's options (the fields of :class:`PipelineOptions`)."""
+    return tuple(option.name for option in fields(PipelineOptions))
+
+
+#: The width of the option docs made for the entry points' docstrings.
+_DOC_WIDTH = 96
+
+
+def options_doc(*, exclude: Iterable[str] = (),
+                extra: Iterable[tuple[str, str]] = ()) -> str:
+    """Returns the pipeline options as the entries of a Google-style "Args:" section (indented
+    for a function's docstring), from their one declaration (:class:`PipelineOptions`):
+    every option but ``exclude``, then the ``(name, doc)`` pairs of ``extra``."""
+    skip = set(exclude)
+    entries = [(option.name, option.metadata["doc"]) for option in fields(PipelineOptions)
+               if option.name not in skip]
+    return "\n".join(
+        textwrap.fill(f"{name}: {doc}", width=_DOC_WIDTH, initial_indent=" " * 8,
+                      subsequent_indent=" " * 12, break_on_hyphens=False,
+                      break_long_words=False)
+        for name, doc in [*entries, *extra])
+
+
+def options_signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """Returns ``fn``'s signature with its ``**options`` spelled out as the pipeline options
+    (keyword-only, with their declared defaults and types): what ``help()`` and ``inspect``
+    show for an entry point that passes its ``**options`` on to :meth:`PipelineSpec.build`."""
+    signature = inspect.signature(fn)
+    options = [inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY,
+                                 default=option.default, annotation=option.type)
+               for option in fields(PipelineOptions)]
+    parameters: list[inspect.Parameter] = []
+    for parameter in signature.parameters.values():
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            parameters += options
+        else:
+            parameters.append(parameter)
+    return signature.replace(parameters=parameters)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def documents_options(*, exclude: Sequence[str] = (), extra: Iterable[tuple[str, str]] = (),
+                      signature: bool = False, loader: bool = True) -> Callable[[F], F]:
+    """Appends the pipeline options (:func:`options_doc`) to an entry point's docstring, so
+    that ``help(aisio.webdataset_dataloader)`` shows every option it takes, not a pointer, and
+    the ConfigError it raises (a ``loader``'s set-up also raises it for ranks given other
+    shards); with ``signature``, also gives it :func:`options_signature` (for an entry point
+    whose ``**options`` are the pipeline options alone)."""
+    ranks = ("; or, under torch.distributed, ranks given other shards than rank 0"
+             if loader else "")
+    raises = textwrap.fill(
+        f"ConfigError: an option it does not take, named with the one to use (webdataset's "
+        f"spellings get aisio's){ranks}.", width=_DOC_WIDTH, initial_indent=" " * 8,
+        subsequent_indent=" " * 12, break_on_hyphens=False)
+
+    def document(fn: F) -> F:
+        fn.__doc__ = (f"{(fn.__doc__ or '').rstrip()}\n\n    Pipeline options (by keyword, "
+                      f"the same for every loader):\n"
+                      f"{options_doc(exclude=exclude, extra=extra)}\n\n    Raises:\n{raises}\n")
+        if signature:
+            fn.__signature__ = options_signature(fn)  # type: ignore[attr-defined]
+        return fn
+
+    return document
 
 
 def check_options(options: Mapping[str, Any], *, where: str, known: Iterable[str] = (),
@@ -233,5 +349,11 @@ def check_options(options: Mapping[str, Any], *, where: str, known: Iterable[str
         raise ConfigError(f"{where}() has no option {name}=; {hint}")
 
 
-__all__ = ["DEFAULT_SHUFFLE_BUFFER", "FOREIGN_OPTIONS", "LOADER_OPTIONS", "PipelineSpec",
-           "check_map", "check_options", "pipeline_options"]
+# help(PipelineSpec.build) shows the options it takes
+PipelineSpec.build.__func__.__signature__ = options_signature(  # type: ignore[attr-defined]
+    PipelineSpec.build.__func__)  # type: ignore[attr-defined]
+
+
+__all__ = ["DEFAULT_SHUFFLE_BUFFER", "FOREIGN_OPTIONS", "LOADER_OPTIONS", "PipelineOptions",
+           "PipelineSpec", "check_map", "check_options", "documents_options", "options_doc",
+           "options_signature", "pipeline_options"]

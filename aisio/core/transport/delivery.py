@@ -1,8 +1,8 @@
 """What crosses from the readers to the training loop: deliveries, and errors as items.
 
 Every sample carries its position (:data:`POSITION`), and its shard's content id
-(:data:`VERSION`), from the tar parser to a :class:`Positioned` stage; :func:`pack` and
-:func:`pack_batch` batch ``(value, position, version)`` triples into :class:`Delivery` items,
+(:data:`VERSION`), from the tar parser to a :class:`Positioned` stage; :func:`deliveries` and
+:func:`batch_delivery` batch ``(value, position, version)`` triples into :class:`Delivery` items,
 which the training process unpacks and records (see
 :class:`~aisio.core.pipeline.loop.ResumableLoader`).
 :func:`ship_errors` turns an aisio error raised in a worker into a last :class:`Failure` item.
@@ -182,7 +182,7 @@ def _versions(triples: Iterable[Placed]) -> dict[int, str] | None:
     return versions or None
 
 
-def pack_batch(triples: Sequence[Placed], *, collate: Any = None) -> Delivery:
+def batch_delivery(triples: Sequence[Placed], *, collate: Any = None) -> Delivery:
     """Returns a :class:`Delivery` of ``(value, position, version)`` triples: the values
     (skipped ones left out) collated with ``collate`` if given, every position, and the
     shards' content ids."""
@@ -194,7 +194,7 @@ def pack_batch(triples: Sequence[Placed], *, collate: Any = None) -> Delivery:
                     versions=_versions(triples))
 
 
-def pack(triples: Iterable[Placed], *, batch_size: int | None = None,
+def deliveries(triples: Iterable[Placed], *, batch_size: int | None = None,
          collate: Any = None) -> Iterator[Delivery]:
     """Yields :class:`Delivery` items from ``(value, position, version)`` triples: each value
     alone, or ``batch_size`` of them collated; the positions of skipped samples travel with
@@ -231,7 +231,7 @@ __all__ = [
     "Failure",
     "Placed",
     "Positioned",
-    "pack",
-    "pack_batch",
+    "batch_delivery",
+    "deliveries",
     "ship_errors",
 ]

@@ -1,0 +1,301 @@
+"""The opening every one-call loader shares, and the loader it ends in.
+
+Every front end (DataLoader2, DataLoader and StatefulDataLoader, torchdata.nodes; in either
+order) starts alike: :func:`loader_setup` checks the options (:meth:`PipelineSpec.build`), agrees
+on the shards with every other rank (:func:`agreed_shards`), shares rank 0's seed and reads this
+process's rank, and returns a :class:`LoaderSetup`. The front end builds its own plumbing from
+that (its pipe or nodes, its worker processes) and hands it back to
+:meth:`LoaderSetup.resumable` or :meth:`LoaderSetup.ordered`, which make the training loop's
+loader with what ``uneven`` asks for across ranks (stopping together, or the state exchange).
+
+The ranks agree on the shards because each rank's share is cut from one list: under
+torch.distributed with more than one rank, rank 0 alone lists a bucket or prefix and sends the
+list to the others (one listing per job, not one per rank); a list that needs no listing
+(templates, objects) is expanded by every rank and checked equal to rank 0's. Ranks given
+different shards get a :class:`~aisio.ConfigError` naming the difference, on every rank.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+from aisio.core.epochs.plan import EpochPlan
+from aisio.core.epochs.progress import shard_list_id
+from aisio.core.faults.errors import ClusterError, ConfigError
+from aisio.core.order.loader import (
+    OrderedLoader,
+    OrderSetup,
+    check_ordered_options,
+    is_deterministic,
+    refuse_streams,
+)
+from aisio.core.pipeline.loop import OpenEpoch, ResumableLoader
+from aisio.core.pipeline.spec import PipelineSpec
+from aisio.core.store.client import client_for
+from aisio.core.store.config import AISConfig, resolve_config
+from aisio.core.store.sources import ObjectRef, Source, resolve, shard_list
+from aisio.runtime.dist import (
+    Uneven,
+    check_uneven,
+    drop_sync,
+    job_ranks,
+    keep_exchange,
+    rank_and_world,
+    shared_seed,
+)
+
+
+@dataclass(frozen=True)
+class LoaderSetup:
+    """What a one-call loader starts from, the same in every front end (see the module doc).
+
+    Attributes:
+        where: the entry point's name, for messages.
+        spec: the pipeline options, checked.
+        shards: the shard list, the same on every rank (rank 0's).
+        seed: the run's seed, the same on every rank (rank 0's).
+        rank: this process's rank (0 without torch.distributed).
+        world: the number of ranks (1 without torch.distributed).
+        uneven: ``"drop"`` or ``"keep"`` (see :data:`~aisio.runtime.dist.Uneven`).
+        deterministic: whether the loader reads in ``order="deterministic"``.
+        streams: that order's canonical streams (None: its default).
+    """
+
+    where: str
+    spec: PipelineSpec
+    shards: tuple[ObjectRef, ...]
+    seed: int
+    rank: int
+    world: int
+    uneven: Uneven
+    deterministic: bool = False
+    streams: int | None = None
+
+    def epoch_plan(self, *, shared: bool) -> EpochPlan:
+        """Returns where the training process publishes each epoch for its readers: a
+        temporary file when they run in other processes (``shared``), else in memory."""
+        return EpochPlan.temporary() if shared else EpochPlan()
+
+    def order(self, plan: EpochPlan) -> OrderSetup:
+        """Returns what the readers of ``order="deterministic"`` need (streams checked against
+        the batch size and the ranks), their epochs published on ``plan``."""
+        return OrderSetup.build(self.shards, self.spec, seed=self.seed, streams=self.streams,
+                                rank=self.rank, world=self.world, epochs=plan,
+                                where=self.where)
+
+    def resumable(self, *, open_epoch: OpenEpoch, close: Callable[[], None],
+                  end_epoch: Callable[[], None] | None = None,
+                  stops_together: bool = False) -> ResumableLoader:
+        """Returns the training loop's loader (``order="fast"``) over what ``open_epoch``
+        opens. ``stops_together``: the loader underneath already stops every rank when the
+        first runs out (DataLoader2's distributed reading service), so no check is added."""
+        loader = ResumableLoader(self.shards, seed=self.seed, open_epoch=open_epoch,
+                                 close=close, end_epoch=end_epoch, report=self.spec.report,
+                                 timings=self.spec.times,
+                                 sync=None if stops_together else drop_sync(self.uneven))
+        return keep_exchange(loader, self.uneven)
+
+    def ordered(self, order: OrderSetup, *, open_epoch: OpenEpoch,
+                collate: Callable[[list[Any]], Any] | None, close: Callable[[], None],
+                end_epoch: Callable[[], None] | None = None) -> OrderedLoader:
+        """Returns the training loop's loader in ``order="deterministic"``: the readers'
+        packs that ``open_epoch`` opens, put in order and collated with ``collate``."""
+        loader = OrderedLoader(order, open_epoch=open_epoch, collate=collate, close=close,
+                               end_epoch=end_epoch, sync=drop_sync(self.uneven))
+        return keep_exchange(loader, self.uneven)
+
+
+def loader_setup(where: str, shards: Any, options: Mapping[str, Any], *, seed: int | None,
+                 uneven: str, order: str = "fast", streams: int | None = None,
+                 resampled: bool = False) -> LoaderSetup:
+    """Returns the set-up of the loader ``where`` builds: ``options`` (the pipeline options
+    alone) checked, the shards agreed by every rank, rank 0's seed, this rank. A collective
+    under torch.distributed: every rank builds its loaders in the same order.
+
+    Raises:
+        ConfigError: an option is refused (``order="deterministic"`` with one it cannot honour,
+            ``streams`` without it), or the ranks were given different shards.
+        ValueError: ``uneven`` or an option is out of range.
+    """
+    check_uneven(uneven)
+    deterministic = is_deterministic(order, where)
+    if deterministic:
+        check_ordered_options({**options, "resampled": resampled}, where)
+    else:
+        refuse_streams(streams, where)
+    spec = PipelineSpec.build(**options)
+    refs = agreed_shards(shards, spec.config)
+    rank, world = rank_and_world()
+    return LoaderSetup(where, spec, tuple(refs), shared_seed(seed), rank, world,
+                       cast(Uneven, uneven), deterministic, streams)
+
+
+def list_shards(sources: Any, config: AISConfig | None = None) -> list[ObjectRef]:
+    """Returns the shards that sources stand for, in this process: templates expanded and SDK
+    objects converted without I/O, a bucket or prefix (``ais://b/train/``) listed once, here,
+    rather than in every worker and every epoch (see :mod:`aisio.core.store.sources`)."""
+    return _lister(config)(resolve(sources))
+
+
+def agreed_shards(sources: Any, config: AISConfig | None = None) -> list[ObjectRef]:
+    """Returns the shards that sources stand for, the same list on every rank: rank 0's (see
+    the module doc); :func:`list_shards` without torch.distributed or with one rank. A
+    collective under torch.distributed.
+
+    Raises:
+        ConfigError: the ranks were given different shards (named on every rank).
+    """
+    return agree_on_shards(sources, _lister(config), job_ranks())
+
+
+def _lister(config: AISConfig | None) -> Callable[[list[Source]], list[ObjectRef]]:
+    def shards(sources: list[Source]) -> list[ObjectRef]:
+        listing = any(source.kind == "prefix" for source in sources)
+        return shard_list(sources, client_for(resolve_config(None, config)) if listing
+                          else None)
+
+    return shards
+
+
+class Ranks(Protocol):
+    """The job's ranks, as the agreement needs them (:class:`~aisio.runtime.dist.JobRanks`)."""
+
+    rank: int
+    world: int
+
+    def broadcast(self, value: Any) -> Any: ...
+
+    def flags(self, flag: bool) -> list[bool]: ...
+
+
+@dataclass(frozen=True)
+class _RankZero:
+    """What rank 0 tells the others first: its listing (when it listed a bucket or prefix: its
+    ``sources`` and the ``shards`` found), else only the identity of its list; or the error
+    that stopped it."""
+
+    sources: list[Source] | None
+    shards: list[ObjectRef] | None
+    shards_id: str
+    error: BaseException | None
+
+
+#: A rank's own shard list differs from rank 0's (named once rank 0's list is known).
+_OTHER_LIST = "other list"
+
+
+def agree_on_shards(sources: Any, lister: Callable[[list[Source]], list[ObjectRef]],
+                    ranks: Ranks | None) -> list[ObjectRef]:
+    """Returns the shards ``sources`` stand for, as rank 0 found them, on every rank of
+    ``ranks`` (None: this process alone). Rank 0 runs ``lister`` over its resolved sources;
+    when that lists a bucket or prefix, the others take its list and only check that they
+    were given the same sources; otherwise each expands its own (no I/O) and checks that it
+    has rank 0's list. A collective of ``ranks``: two steps when they agree, three when not.
+
+    Raises:
+        ConfigError: the ranks were given different shards (on every rank: a rank that
+            differs names the difference, the others the ranks that differ).
+    """
+    if ranks is None or ranks.world < 2:
+        return lister(resolve(sources))
+    mine, error = _attempt(resolve, sources)
+    shards: list[ObjectRef] | None = None
+    if ranks.rank == 0:
+        if error is None:
+            shards, error = _attempt(lister, mine)
+        listed = mine is not None and any(source.kind == "prefix" for source in mine)
+        first = ranks.broadcast(_RankZero(mine if listed else None, shards if listed else None,
+                                          shard_list_id(shards or []), _portable(error)))
+    else:
+        first = ranks.broadcast(None)
+    if first.error is not None:
+        raise error if error is not None else first.error
+    problem = None
+    if ranks.rank != 0 and error is None:
+        shards, problem = _follow(first, mine, lister, ranks.rank)
+    agreed = ranks.flags(error is None and problem is None)
+    if all(agreed):
+        assert shards is not None
+        return shards
+    rank_zero = first.shards if first.shards is not None else ranks.broadcast(shards)
+    if error is not None:
+        raise error
+    if problem == _OTHER_LIST:
+        problem = (f"rank {ranks.rank}'s shards are not rank 0's: "
+                   f"{_difference(shards or [], rank_zero)}")
+    elif problem is None:
+        others = [str(rank) for rank, ok in enumerate(agreed) if not ok]
+        problem = (f"rank{'s' if len(others) > 1 else ''} {', '.join(others)} "
+                   f"{'were' if len(others) > 1 else 'was'} given other shards than rank 0 "
+                   f"({len(rank_zero)} shard(s))")
+    raise ConfigError(f"{problem}; give every rank the same shards (rank 0 lists a bucket or "
+                      "prefix once for all of them)")
+
+
+def _attempt(fn: Callable[[Any], Any], arg: Any) -> tuple[Any, BaseException | None]:
+    """Returns ``(fn(arg), None)``, or ``(None, the error it raised)``: a rank that fails must
+    still take its part in the collectives, so that the others fail too rather than wait."""
+    try:
+        return fn(arg), None
+    except Exception as exc:
+        return None, exc
+
+
+def _follow(first: _RankZero, mine: list[Source], lister: Callable[[list[Source]],
+            list[ObjectRef]], rank: int) -> tuple[list[ObjectRef] | None, str | None]:
+    """Returns a rank's shards given what rank 0 said, and what differs from rank 0 (None:
+    nothing)."""
+    if first.shards is not None:  # rank 0 listed for every rank
+        if mine != first.sources:
+            return first.shards, (f"rank {rank} was given {_sources(mine)} where rank 0 was "
+                                  f"given {_sources(first.sources)}")
+        return first.shards, None
+    if any(source.kind == "prefix" for source in mine):  # rank 0 needed no listing: no I/O
+        return None, (f"rank {rank} was given a bucket or prefix to list ({_sources(mine)}) "
+                      "where rank 0 was given none")
+    shards, error = _attempt(lister, mine)
+    if error is not None or shard_list_id(shards) != first.shards_id:
+        return shards, _OTHER_LIST
+    return shards, None
+
+
+def _portable(error: BaseException | None) -> BaseException | None:
+    """Returns ``error`` as it can travel to the other ranks (pickled)."""
+    if error is None:
+        return None
+    try:
+        pickle.dumps(error)
+    except Exception:
+        return ClusterError(f"rank 0 could not resolve the shards: {type(error).__name__}: "
+                            f"{error}")
+    return error
+
+
+def _sources(sources: Sequence[Source] | None) -> str:
+    return _names([source.given or source.uri() for source in sources or []])
+
+
+def _names(names: Iterable[str], most: int = 3) -> str:
+    names = list(names)
+    shown = ", ".join(names[:most])
+    return f"{shown} and {len(names) - most} more" if len(names) > most else shown
+
+
+def _difference(mine: Sequence[ObjectRef], theirs: Sequence[ObjectRef]) -> str:
+    """Says how shard list ``mine`` differs from rank 0's, ``theirs``."""
+    ours, rank_zero = [ref.uri() for ref in mine], [ref.uri() for ref in theirs]
+    known_here, known_there = set(ours), set(rank_zero)
+    only_here = [name for name in ours if name not in known_there]
+    only_there = [name for name in rank_zero if name not in known_here]
+    if not (only_here or only_there):
+        return f"the same {len(ours)} names in another order or count"
+    parts = [f"{len(only_here)} only here ({_names(only_here)})" if only_here else "",
+             f"{len(only_there)} only on rank 0 ({_names(only_there)})" if only_there else ""]
+    return ", ".join(part for part in parts if part)
+
+
+__all__ = ["LoaderSetup", "Ranks", "agree_on_shards", "agreed_shards", "list_shards",
+           "loader_setup"]
