@@ -37,6 +37,7 @@ def resume(endpoint: str, bucket: Bucket, *args: str) -> str:
 @pytest.mark.parametrize("trainer, devices, extra", [
     ("lightning", "1", ("--loader", "stateful")),
     ("lightning", "2", ("--order", "deterministic", "--workers", "1", "0")),
+    ("lightning", "2", ("--resume-devices", "1")),  # resumed on another number of processes
     ("fabric", "1", ("--order", "deterministic", "--workers", "0", "2")),
     ("fabric", "2", ()),
     ("accelerate", "1", ("--loader", "stateful")),
