@@ -60,5 +60,5 @@ def test_quick_suite_writes_table_json_and_plot(ais_endpoint: str, tmp_path: Pat
 
 def test_help_runs_as_a_module() -> None:
     proc = subprocess.run([sys.executable, "-m", "benchmarks.suite", "--help"], capture_output=True,
-                          text=True, check=True, cwd=Path(__file__).parents[2])
+                          text=True, check=True, cwd=Path(__file__).parents[3])
     assert "--quick" in proc.stdout and "--endpoint" in proc.stdout

@@ -23,7 +23,7 @@ from tests.faultproxy import fault_proxy
 
 pytestmark = needs_dataloader2
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]  # the integration tests' helper scripts
 
 
 @pytest.fixture

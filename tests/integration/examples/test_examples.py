@@ -25,9 +25,8 @@ from aisio.core.store.client import Client
 from aisio.core.store.etl import local_etls
 from aisio.core.store.urls import Bucket, parse_ais_url
 from aisio.tools.explore import ls
-from tests.conftest import HAS_DATALOADER2, needs_dataloader2
+from tests.conftest import HAS_DATALOADER2, ROOT, needs_dataloader2
 
-ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "explore.ipynb"
 
 

@@ -17,9 +17,8 @@ from PIL import Image
 from aisio.core.store.client import Client
 from aisio.core.store.urls import AISPath, Bucket
 from aisio.tools.cli import main
-from tests.conftest import tar_bytes
+from tests.conftest import ROOT, tar_bytes
 
-ROOT = Path(__file__).resolve().parents[2]
 ODD = "odd <name> & \"q\" 'x'.bin"
 
 

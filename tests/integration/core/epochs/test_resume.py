@@ -39,7 +39,7 @@ from aisio.core.system.ports import free_port
 from tests.conftest import write_shards
 from tests.integration._recording_proxy import RecordingProxy
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[2]  # the integration tests' helper scripts
 JOB = HERE / "_train_job.py"
 JOB_TIMEOUT = 120
 BATCH = 4

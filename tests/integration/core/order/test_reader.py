@@ -3,7 +3,7 @@ refills each stream's buffer with ``Range`` GETs at the offsets the state record
 recording proxy) and yields exactly the rest of the uninterrupted sequence.
 
 Topologies are simulated in one process by running the per-reader code the loaders will run
-(see tests/unit/test_order.py); the bytes come from AIStore through :class:`Fetcher`.
+(see tests/unit/core/order/test_streams.py); the bytes come from AIStore through :class:`Fetcher`.
 """
 
 from __future__ import annotations

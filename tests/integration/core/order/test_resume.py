@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_resume import (
+from tests.integration.core.epochs.test_resume import (
     ALL,
     DIST,
     Data,

@@ -25,8 +25,8 @@ from aisio.core.store.urls import Bucket
 from aisio.core.transport import ring
 from aisio.core.transport.delivery import Delivery
 from aisio.runtime.workers import pipe_size
-from tests.conftest import LOADERS, needs_dataloader2, write_shards
-from tests.integration.test_workers import _iterate_in_thread
+from tests.conftest import LOADERS, ROOT, needs_dataloader2, write_shards
+from tests.integration.runtime.test_workers import _iterate_in_thread
 
 KIB = 1024
 
@@ -112,7 +112,7 @@ KILL_WORKER = """
 import gc, json, os, signal, time
 from torch.utils.data import DataLoader
 from aisio.core.transport import ring
-from tests.integration.test_transport import Prepared, _as_is, _mapped_from, batch, same
+from tests.integration.core.transport.test_ring import Prepared, _as_is, _mapped_from, batch, same
 loader = DataLoader(Prepared(1000), batch_size=None, num_workers=1, prefetch_factor=4,
                     collate_fn=_as_is)
 it = iter(loader)
@@ -140,9 +140,8 @@ def test_a_killed_worker_leaves_no_shared_memory(tmp_path: Path) -> None:
     names the dead worker; its slots are unmapped and nothing is left in /dev/shm."""
     script = tmp_path / "kill_worker.py"
     script.write_text(textwrap.dedent(KILL_WORKER))
-    root = Path(__file__).parents[2]
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     # torch names the worker one of two ways, whichever notices first: its SIGCHLD handler
@@ -157,7 +156,7 @@ def test_a_killed_worker_leaves_no_shared_memory(tmp_path: Path) -> None:
 TRAINING = """
 import sys, time
 from torch.utils.data import DataLoader
-from tests.integration.test_transport import Prepared, _as_is
+from tests.integration.core.transport.test_ring import Prepared, _as_is
 loader = DataLoader(Prepared(100000), batch_size=None, num_workers=2, prefetch_factor=4,
                     collate_fn=_as_is)
 it = iter(loader)
@@ -173,8 +172,8 @@ def test_a_killed_trainer_leaves_no_shared_memory(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(TRAINING))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).parents[2],
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+                            cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         assert proc.stdout is not None
         workers = [int(p) for p in proc.stdout.readline().split()]

@@ -289,7 +289,7 @@ def test_state_size_is_bounded(name: str, done: range) -> None:
     if name in README_SIZES:
         figure, text = README_SIZES[name]
         assert abs(size - figure) <= figure * 0.05, f"README.md says {text}; now {size:,} bytes"
-        readme = (Path(__file__).parents[2] / "README.md").read_text()
+        readme = (Path(__file__).parents[4] / "README.md").read_text()
         assert text in " ".join(readme.split()), f"README.md no longer prints {text!r}"
     else:
         assert size < README_SIZES["every other"][0]

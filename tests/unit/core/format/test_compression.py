@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from aisio.core.faults.errors import LoaderUnavailableError, ShardFormatError
 from aisio.core.format.compression import compression_of
 from aisio.core.format.tar import iter_tar
-from tests.unit.test_tar import MIXED, ShortReader, make_tar
+from tests.unit.core.format.test_tar import MIXED, ShortReader, make_tar
 
 URL = "ais://bucket/shard.tar.gz"
 NOISE = [("n/0001.bin", random.Random(1).randbytes(30000)), ("n/0001.cls", b"1"),

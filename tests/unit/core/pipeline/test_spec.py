@@ -95,7 +95,7 @@ def test_readme_python_snippets_import_what_they_use() -> None:
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[4] / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
     assert blocks
     # What a snippet may take from its reader's context: the training loop's own objects,

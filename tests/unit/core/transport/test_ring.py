@@ -1,6 +1,7 @@
 """Tests for aisio.core.transport.ring within one process: what a worker puts in a slot, the
 training process gets back, equal; and when the ring is full or a payload too large, the
-value is pickled instead (never a wait). Across processes: tests/integration/test_transport.py.
+value is pickled instead (never a wait). Across processes:
+tests/integration/core/transport/test_ring.py.
 """
 
 from __future__ import annotations
