@@ -36,6 +36,21 @@ def node_ids(path: Path) -> set[str]:
     return {line.strip() for line in text.splitlines() if "::" in line}
 
 
+#: tests whose names changed on purpose: old name -> new name
+RENAMED = {
+    # ids that named an SDK object's address (different in every run) and were cut at 60
+    # characters: without the address, the cut falls elsewhere
+    "test_one_rule_for_every_accepted_form[<aistore.sdk.obj.object.Object object>-lis]":
+        "test_one_rule_for_every_accepted_form[<aistore.sdk.obj.object.Object object>-list]",
+    "test_one_rule_for_every_accepted_form[<aistore.sdk.multiobj.object_group.ObjectGroup "
+    "object_0]": "test_one_rule_for_every_accepted_form[<aistore.sdk.multiobj.object_group."
+                 "ObjectGroup object>-list]",
+    "test_one_rule_for_every_accepted_form[<aistore.sdk.multiobj.object_group.ObjectGroup "
+    "object_1]": "test_one_rule_for_every_accepted_form[<aistore.sdk.multiobj.object_group."
+                 "ObjectGroup object>-load]",
+}
+
+
 def name_of(node_id: str) -> str:
     """Returns what identifies a test wherever its file is: the node id after the file (a
     JUnit id: after the module, whose last part may be a class)."""
@@ -49,7 +64,7 @@ def name_of(node_id: str) -> str:
 
 def compare(before: set[str], after: set[str]) -> tuple[Counter[str], Counter[str]]:
     """Returns (names ``before`` holds more often than ``after``, and the other way round)."""
-    old = Counter(map(name_of, before))
+    old = Counter(RENAMED.get(name, name) for name in map(name_of, before))
     new = Counter(map(name_of, after))
     return old - new, new - old
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import subprocess
 import sys
 import tarfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -229,3 +232,43 @@ def test_decode_threads_keep_order_and_values(ais_endpoint: str,
                                           tuple_fields=("cls",)))
     assert threaded == plain
     assert len(plain) == len(keys)
+
+
+def test_resampled_shards_from_one_template_string(ais_endpoint: str, jpeg_shards: str) -> None:
+    names = aisio.ResampledShards(jpeg_shards, seed=1)
+    assert sorted(set(names.names)) == [jpeg_shards.replace("{0..1}", str(i)) for i in range(2)]
+    four = list(itertools.islice(iter(names), 4))
+    pipe = aisio.AISFileLoader(four, url=ais_endpoint).ais_parse_webdataset()
+    assert len(list(pipe)) == 40
+
+
+def _label(sample: tuple[Any, ...]) -> int:
+    return int(sample[1])
+
+
+def _post(pipe: Any) -> Any:
+    return pipe.map(_label)
+
+
+# torch's map() warns about lambdas when the pipe is built; the error then came much later.
+@needs_dataloader2
+@pytest.mark.filterwarnings("ignore:.*function is not supported by pickle:UserWarning")
+def test_lambda_in_post_is_named_when_the_loader_is_built(ais_endpoint: str,
+                                                          jpeg_shards: str) -> None:
+    with pytest.raises(aisio.ConfigError) as info:
+        aisio.webdataset_loader(jpeg_shards, url=ais_endpoint, tuple_fields="jpg cls",
+                                num_workers=2, post=lambda p: p.map(lambda s: s[1]))
+    message = str(info.value)
+    assert "\n" not in message
+    assert "<lambda>" in message and Path(__file__).name in message
+    assert "module level" in message
+    loader = aisio.webdataset_loader(jpeg_shards, url=ais_endpoint, tuple_fields="jpg cls",
+                                     num_workers=2, post=_post)
+    try:
+        assert sorted(_labels(loader)) == sorted(list(range(10)) * 2)
+    finally:
+        loader.shutdown()
+
+
+def _labels(loader: Any) -> Iterator[int]:
+    yield from loader

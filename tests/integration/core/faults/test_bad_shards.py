@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -183,3 +184,27 @@ def test_skip_yields_every_whole_sample_before_the_fault(
     [record] = report.records()
     assert (record["samples"], record["given_up"]) == (expected, given_up)
     assert record["offset"] == (SAMPLE_12 if fault == "header" else SAMPLE_12 + 900)
+
+
+@pytest.mark.parametrize("front", ["pipe", "loader"])
+def test_warnings_point_at_the_training_loop_and_do_not_advise_skipping(
+        front: str, ais_endpoint: str, ais_client: Client, bucket: Bucket) -> None:
+    whole = tar_bytes([(f"k{i}.cls", str(i).encode()) for i in range(20)])
+    ais_client.put_object(AISPath(bucket, "cut.tar"), whole[:8 * 1024 + 700])  # mid-header
+    if front == "pipe":
+        loader: Any = aisio.webdataset_pipe(bucket.uri("cut.tar"), url=ais_endpoint,
+                                            on_error="warn", shuffle_buffer=0)
+    else:
+        loader = default_loader(bucket.uri("cut.tar"), url=ais_endpoint, on_error="warn",
+                                shuffle_buffer=0)
+    try:
+        with pytest.warns(UserWarning, match="aisio skipped the rest of") as caught:
+            got = [s["__key__"] for s in loader]  # this line is where the warning points
+    finally:
+        if hasattr(loader, "shutdown"):
+            loader.shutdown()
+    assert got[:1] == ["k0"]
+    (warning,) = [w for w in caught if "aisio skipped" in str(w.message)]
+    assert warning.filename == __file__, warning.filename
+    assert "on_error='skip'" not in str(warning.message)
+    assert "re-upload the shard" in str(warning.message)

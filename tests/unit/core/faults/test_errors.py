@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+import pickle
 import warnings
 
 import pytest
 
 import aisio
+from aisio import ShardFormatError
 from aisio.core.faults.errors import is_skippable
 from aisio.core.faults.policy import ErrorPolicy
 
@@ -55,3 +58,25 @@ def test_skip_records_missing_and_bad_data_but_raises_usage_and_cluster_errors(
 def test_on_error_is_checked() -> None:
     with pytest.raises(ValueError, match="on_error='ignore'"):
         ErrorPolicy("ignore")  # type: ignore[arg-type]
+
+
+def _all_error_classes() -> list[type]:
+    return [v for v in vars(aisio).values() if inspect.isclass(v) and
+            issubclass(v, aisio.AISIOError)]
+
+
+@pytest.mark.parametrize("cls", _all_error_classes(), ids=lambda c: c.__name__)
+def test_every_error_pickles_with_its_fields(cls: type) -> None:
+    err = cls("something at ais://b/o failed; do X", url="ais://b/o")
+    err.extra = 1
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is cls
+    assert str(back) == str(err)
+    assert back.url == "ais://b/o"
+    assert back.extra == 1
+
+
+def test_shard_error_fields_survive_pickle() -> None:
+    err = ShardFormatError("bad", url="u", offset=512, member="a.jpg")
+    back = pickle.loads(pickle.dumps(err))
+    assert (back.offset, back.member, back.url) == (512, "a.jpg", "u")

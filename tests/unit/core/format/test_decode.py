@@ -6,13 +6,22 @@ import gzip
 import io
 import json
 import pickle
+import sys
 from typing import Any
 
 import numpy as np
 import pytest
 
-from aisio.core.faults.errors import AISIOError, ConfigError, DecodeError
-from aisio.core.format.decode import Decoder, MissingFieldError, to_tuple
+from aisio.core.faults.errors import AISIOError, ConfigError, DecodeError, LoaderUnavailableError
+from aisio.core.format.decode import (
+    Decoder,
+    FieldDecodeError,
+    MissingFieldError,
+    field_names,
+    to_tuple,
+)
+from aisio.core.pipeline.stages import SampleStage
+from aisio.datapipes.pipeline import ToTuple
 
 PIL_Image = pytest.importorskip("PIL.Image")
 torch = pytest.importorskip("torch")
@@ -298,3 +307,62 @@ def test_errors_survive_pickling() -> None:
     for err in (missing.value, refused.value):
         copy = pickle.loads(pickle.dumps(err))
         assert type(copy) is type(err) and str(copy) == str(err) and copy.url == URL
+
+
+# ---------------------------------------------------- webdataset's mp/ten, names as one string
+
+
+def test_tenbin_fields_decode_to_arrays() -> None:
+    from webdataset import tenbin
+
+    arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, 2], dtype=np.int64)]
+    data = bytes(tenbin.encode_buffer(arrays))
+    out = Decoder(None)({"__key__": "a", "ten": data, "x.tb": data})
+    for got in (out["ten"], out["x.tb"]):
+        assert [a.tolist() for a in got] == [a.tolist() for a in arrays]
+    with pytest.raises(FieldDecodeError, match="'ten'"):
+        Decoder(None)({"__key__": "a", "ten": b"not tenbin" * 8})
+
+
+MSGPACK = b"\x82\xa1a\x01\xa1b\x93\x01\x02\xa3xyz"  # {"a": 1, "b": [1, 2, "xyz"]}
+
+
+@pytest.mark.parametrize("suffix", ["mp", "msg", "msgpack"])
+def test_msgpack_fields(suffix: str) -> None:
+    # msgpack is in both test environments (optional for users): the real decoding runs here.
+    sample = {"__key__": "a", suffix: MSGPACK}
+    assert Decoder(None)(sample)[suffix] == {"a": 1, "b": [1, 2, "xyz"]}
+
+
+def test_msgpack_fields_without_msgpack(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "msgpack", None)  # as if it were not installed
+    sample = {"__key__": "a", "mp": MSGPACK}
+    with pytest.raises(LoaderUnavailableError, match="pip install msgpack"):
+        Decoder(None)(sample)
+    # Not the sample's fault: never skipped silently.
+    with pytest.raises(LoaderUnavailableError):
+        SampleStage(Decoder(None), on_error="skip")(sample)
+
+
+def test_tuple_fields_as_one_string_like_webdataset() -> None:
+    sample = {"__key__": "a", "png": 1, "json": 2}
+    assert to_tuple(sample, "jpg;png json") == (1, 2)
+    assert to_tuple(sample, ["jpg;png", "json"]) == (1, 2)
+    assert to_tuple(sample, "json") == (2,)
+    assert ToTuple("jpg;png json")(sample) == (1, 2)
+    assert ToTuple(["jpg;png", "json"])(sample) == (1, 2)  # type: ignore[arg-type]
+    assert SampleStage(None, "jpg;png json")(sample) == (1, 2)
+
+
+def test_names_are_never_iterated_as_characters() -> None:
+    assert field_names("jpg cls") == ("jpg", "cls")
+    for bad in (b"jpg", 7, ["jpg", 3]):
+        with pytest.raises(TypeError, match="tuple_fields"):
+            field_names(bad, what="tuple_fields")
+    with pytest.raises(ValueError, match="empty"):
+        field_names("  ")
+
+
+def test_unknown_decoder_spec_is_still_a_config_error() -> None:
+    with pytest.raises(ConfigError):
+        Decoder("nope")
