@@ -210,6 +210,7 @@ def test_a_framework_that_is_not_installed_is_named(ais_endpoint: str, tmp_path:
     assert "fast-echo" not in local_etls(ais_endpoint)
 
 
+@pytest.mark.torchdata
 def test_loaders_skip_a_shard_the_transform_refuses_and_report_it(
         upper: LocalETL, shards: str, ais_endpoint: str, bucket: Bucket) -> None:
     both = bucket.uri("{text-0000,bad-0000,text-0001}.tar")

@@ -157,6 +157,7 @@ def test_dataloader2_pipeline(example: Callable[[str], ModuleType],
     assert epochs == [("1", str(n), str(math.ceil(n / 32))), ("2", str(n), str(math.ceil(n / 32)))]
 
 
+@pytest.mark.torchdata
 def test_train_digits(example: Callable[[str], ModuleType], new_bucket: Callable[[], str],
                       monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     train = example("train_digits")
@@ -204,6 +205,7 @@ def test_notebook_runs_end_to_end(ais_endpoint: str, tmp_path: Path) -> None:
     assert 'src="data:image/png;base64,' in html
 
 
+@pytest.mark.torchdata
 @pytest.mark.slow
 def test_resume_after_kill(example: Callable[[str], ModuleType], ais_endpoint: str,
                            monkeypatch: pytest.MonkeyPatch,

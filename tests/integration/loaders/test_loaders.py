@@ -148,6 +148,7 @@ def test_a_hand_made_dataloader2_over_aisio_datapipes_finishes(
         loader.shutdown()
 
 
+@pytest.mark.torchdata
 def test_the_loaders_a_torchdata_generation_lacks_say_what_to_use() -> None:
     missing = {"dataloader2", "nodes"} - set(LOADERS)
     assert len(missing) == 1  # each environment has exactly one of the two

@@ -56,6 +56,7 @@ def test_no_fd_growth_after_early_stops_and_errors(ais_endpoint: str,
         assert _fds() <= before + 2, round_.__name__
 
 
+@pytest.mark.torchdata
 def test_memory_is_flat_across_epochs_and_shutdown_returns(
         ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
     template, keys = shards
@@ -75,6 +76,7 @@ def test_memory_is_flat_across_epochs_and_shutdown_returns(
     assert rss[1] - rss[0] < 20, f"main-process RSS grew {rss[1] - rss[0]:.1f} MB in 12 epochs"
 
 
+@pytest.mark.torchdata
 def test_shutdown_after_an_early_break_returns(ais_endpoint: str,
                                                shards: tuple[str, list[str]]) -> None:
     template, _ = shards

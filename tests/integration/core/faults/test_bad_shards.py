@@ -89,6 +89,7 @@ def test_skip_keeps_every_good_sample_and_reports_the_rest(
     assert records["duplicate-suffix.tar"]["member"] == "a.bin"
 
 
+@pytest.mark.torchdata
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_an_epoch_whose_every_shard_is_skipped_raises(ais_endpoint: str, bucket: Bucket,
                                                        mixed: object, num_workers: int) -> None:
@@ -125,6 +126,7 @@ def test_warn_mode_warns_once_per_bad_shard(ais_endpoint: str,
     assert len(caught) == len(BAD_SHARDS) + 1
 
 
+@pytest.mark.torchdata
 def test_workers_report_to_the_training_process(ais_endpoint: str,
                                                 mixed: tuple[list[str], list[str]]) -> None:
     names, keys = mixed
@@ -186,6 +188,7 @@ def test_skip_yields_every_whole_sample_before_the_fault(
     assert record["offset"] == (SAMPLE_12 if fault == "header" else SAMPLE_12 + 900)
 
 
+@pytest.mark.torchdata
 @pytest.mark.parametrize("front", ["pipe", "loader"])
 def test_warnings_point_at_the_training_loop_and_do_not_advise_skipping(
         front: str, ais_endpoint: str, ais_client: Client, bucket: Bucket) -> None:

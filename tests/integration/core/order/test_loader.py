@@ -216,6 +216,7 @@ def _lockstep(loaders: list[Any], stop: int | None = None) -> list[list[str]]:
     return out
 
 
+@pytest.mark.torchdata
 @settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())

@@ -35,6 +35,7 @@ def test_decode_policy_skips_only_the_bad_sample(ais_endpoint: str, jpeg_shards:
     assert record["member"] == "s1/0003.jpg"
 
 
+@pytest.mark.torchdata
 def test_workers_record_skipped_samples_and_stage_times(ais_endpoint: str,
                                                         jpeg_shards: str) -> None:
     loader = default_loader(jpeg_shards, url=ais_endpoint, decode="rgb8", on_error="skip",

@@ -35,6 +35,7 @@ def test_cut_connections_resume_without_loss_or_repeats(ais_endpoint: str,
     assert Counter(got) == Counter(keys)
 
 
+@pytest.mark.torchdata
 def test_random_resets_through_dataloader2(ais_endpoint: str,
                                            big_shards: tuple[str, list[str]]) -> None:
     template, keys = big_shards

@@ -130,6 +130,7 @@ def test_mutual_tls_sends_the_client_certificate(secure_cluster: Secure) -> None
         list(client_for(insecure).list_objects(Bucket("aisio-none")))
 
 
+@pytest.mark.torchdata
 def test_token_is_required_and_used_everywhere(secure_cluster: Secure,
                                                monkeypatch: pytest.MonkeyPatch,
                                                tmp_path: Path) -> None:
