@@ -1,4 +1,5 @@
-"""Tests for the deterministic order (aisio.core.order.streams, order_reader, order_loop).
+"""Tests for the deterministic order's core: aisio.core.order.streams, reader and reorder
+(the loader over them: test_loader.py).
 
 Shards are real tar archives held in memory; ``open(ref, start=...)`` slices them (as a
 ``Range`` request would) and records every open. A topology is simulated in one process by
