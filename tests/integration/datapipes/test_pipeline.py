@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import itertools
 import json
-import subprocess
 import sys
 import tarfile
 from collections import Counter
@@ -23,6 +22,7 @@ from aisio.core.store.urls import AISPath, Bucket
 from aisio.core.system.ports import free_port
 from tests.conftest import needs_dataloader2, sample_keys, write_shards
 from tests.faultproxy import fault_proxy
+from tests.integration.jobs import popen
 
 pytestmark = needs_dataloader2
 
@@ -173,11 +173,12 @@ def test_two_ranks_two_workers(ais_endpoint: str, ais_client: Client, bucket: Bu
     template, keys = write_shards(ais_client, bucket, tmp_path, shards=shards_n, per_shard=10)
     port = free_port()
     outs = [tmp_path / f"rank{r}.json" for r in range(2)]
-    procs = [subprocess.Popen([sys.executable, str(HERE / "_dist_job.py"), str(r), "2", str(port),
-                               ais_endpoint, template, uneven, "2", str(outs[r])])
+    logs = [tmp_path / f"stderr-{r}.txt" for r in range(2)]
+    procs = [popen([sys.executable, str(HERE / "_dist_job.py"), str(r), "2", str(port),
+                    ais_endpoint, template, uneven, "2", str(outs[r])], logs[r])
              for r in range(2)]
-    for p in procs:
-        assert p.wait(timeout=120) == 0  # no rank hangs
+    for p, log in zip(procs, logs, strict=True):
+        assert p.wait(timeout=120) == 0, log.read_text()[-3000:]  # no rank hangs
     per_rank = [json.loads(o.read_text()) for o in outs]
     union = per_rank[0] + per_rank[1]
     assert len(set(union)) == len(union)  # never a sample twice

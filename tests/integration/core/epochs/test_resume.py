@@ -38,6 +38,7 @@ from aisio.core.store.urls import AISPath, Bucket
 from aisio.core.system.ports import free_port
 from tests.conftest import write_shards
 from tests.integration._recording_proxy import RecordingProxy
+from tests.integration.jobs import Job, popen
 
 HERE = Path(__file__).parents[2]  # the integration tests' helper scripts
 JOB = HERE / "_train_job.py"
@@ -131,9 +132,7 @@ def _run(cmds: list[list[str]], *, expect: int = 0) -> None:
     for i, cmd in enumerate(cmds):
         log = Path(cmd[cmd.index("--out") + 1]) / f"stderr-{i}-{time.monotonic_ns()}.txt"
         logs.append(log)
-        with open(log, "w") as err:
-            procs.append(subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
-                                          stderr=err))
+        procs.append(popen(cmd, log))
     try:
         for p, log in zip(procs, logs, strict=True):
             p.wait(timeout=JOB_TIMEOUT)
@@ -144,7 +143,7 @@ def _run(cmds: list[list[str]], *, expect: int = 0) -> None:
             _kill_group(p)
 
 
-def _kill_group(proc: subprocess.Popen[Any]) -> None:
+def _kill_group(proc: Job | subprocess.Popen[Any]) -> None:
     with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
@@ -155,9 +154,7 @@ def _kill_after_checkpoint(cmd: list[str], out: Path, ckpt: Path, more: int) -> 
     (the job and its workers, at once) once its first checkpoint exists and it has logged
     ``more`` samples since: mid-epoch, past a checkpoint, as a preemption would."""
     out.mkdir(exist_ok=True)
-    with open(out / "stderr.txt", "w") as err:
-        proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
-                                stderr=err)
+    proc = popen(cmd, out / "stderr.txt")
     try:
         deadline = time.monotonic() + JOB_TIMEOUT
         target = None
