@@ -36,6 +36,12 @@ def node_ids(path: Path) -> set[str]:
     return {line.strip() for line in text.splitlines() if "::" in line}
 
 
+def _without_addresses(node_ids: set[str]) -> set[str]:
+    """Returns the ids with the addresses some of them name taken out (so that one test of
+    two runs is one id)."""
+    return {re.sub(r" object at 0x[0-9a-f]+", " object", node_id) for node_id in node_ids}
+
+
 #: tests whose names changed on purpose: old name -> new name
 RENAMED = {
     # ids that named an SDK object's address (different in every run) and were cut at 60
@@ -55,7 +61,6 @@ def name_of(node_id: str) -> str:
     """Returns what identifies a test wherever its file is: the node id after the file (a
     JUnit id: after the module, whose last part may be a class)."""
     head, _, rest = node_id.partition("::")
-    rest = re.sub(r" object at 0x[0-9a-f]+", " object", rest)  # an id that names an address
     if "/" not in head and not head.endswith(".py"):  # JUnit: module[.Class]::name
         last = head.rsplit(".", 1)[-1]
         return f"{last}::{rest}" if last[:1].isupper() else rest
@@ -74,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", nargs="+", type=Path, required=True)
     parser.add_argument("--after", nargs="+", type=Path, required=True)
     args = parser.parse_args(argv)
-    before = set().union(*(node_ids(p) for p in args.before))
-    after = set().union(*(node_ids(p) for p in args.after))
+    before = _without_addresses(set().union(*(node_ids(p) for p in args.before)))
+    after = _without_addresses(set().union(*(node_ids(p) for p in args.after)))
     lost, gained = compare(before, after)
     print(f"before: {len(before)} tests; after: {len(after)} tests; "
           f"lost: {sum(lost.values())}; new: {sum(gained.values())}")
