@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 
 import pytest
 import webdataset as wds
@@ -10,6 +11,7 @@ from PIL import Image
 
 from aisio.core.store.client import Client
 from aisio.core.store.urls import AISPath, Bucket
+from aisio.playground import Playground
 
 
 def jpeg(value: int) -> bytes:
@@ -32,3 +34,16 @@ def jpeg_shards(ais_client: Client, bucket: Bucket) -> str:
                             "cls": i})
         ais_client.put_object(AISPath(bucket, f"train-{s}.tar"), out.getvalue())
     return bucket.uri("train-{0..1}.tar")
+
+
+@pytest.fixture(scope="session")
+def own_playground(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Playground]:
+    """A playground apart from the session's AIStore, for the tests that kill and restart its
+    nodes (core/store/test_faults.py, test_client.py): started once, on first use; each test
+    leaves every node running."""
+    playground = Playground(tmp_path_factory.mktemp("pg-faults"))
+    playground.up()
+    try:
+        yield playground
+    finally:
+        playground.down(wipe=True, quiet=True)

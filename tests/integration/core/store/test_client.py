@@ -12,6 +12,7 @@ import pytest
 import aisio
 from aisio.core.store.client import Client, client_for
 from aisio.core.store.urls import AISPath, Bucket, object_url
+from aisio.playground import Playground
 from tests.conftest import default_loader, sample_keys, write_shards
 from tests.faultproxy import fault_proxy
 
@@ -105,45 +106,45 @@ def test_object_changed_between_reads_is_refused(ais_client: Client, bucket: Buc
     reader.close()
 
 
-def test_target_restart_mid_epoch_loses_and_repeats_nothing(tmp_path: Path,
+def test_target_restart_mid_epoch_loses_and_repeats_nothing(own_playground: Playground,
+                                                             tmp_path: Path,
                                                              caplog: pytest.LogCaptureFixture
                                                              ) -> None:
     import threading
     import time
 
-    playground = aisio.playground.Playground(tmp_path / "pg")
-    endpoint = playground.up()
+    assert own_playground.endpoint
+    config = aisio.AISConfig(endpoint=own_playground.endpoint, max_retries=60, backoff=0.05,
+                             backoff_max=0.5, read_timeout=10)
+    client = client_for(config)
+    bucket = Bucket("target-restart")
+    client.create_bucket(bucket, exist_ok=True)
+    template, keys = write_shards(client, bucket, tmp_path, shards=6, per_shard=150,
+                                  payload=5000)
+    started = threading.Event()
+
+    def chaos() -> None:
+        started.wait()
+        own_playground.kill_node("target0")  # SIGKILL: connections die mid-stream
+        time.sleep(1.0)
+        own_playground.restart("target0")
+
+    thread = threading.Thread(target=chaos)
+    thread.start()
+    got = []
     try:
-        config = aisio.AISConfig(endpoint=endpoint, max_retries=60, backoff=0.05,
-                                 backoff_max=0.5, read_timeout=10)
-        client = client_for(config)
-        bucket = Bucket("restart")
-        client.create_bucket(bucket)
-        template, keys = write_shards(client, bucket, tmp_path, shards=6, per_shard=150,
-                                      payload=5000)
-        started = threading.Event()
-
-        def chaos() -> None:
-            started.wait()
-            playground.kill_node("target0")  # SIGKILL: connections die mid-stream
-            time.sleep(1.0)
-            playground.restart("target0")
-
-        thread = threading.Thread(target=chaos)
-        thread.start()
-        got = []
         with caplog.at_level(logging.DEBUG, logger="aisio"):
             for sample in aisio.AISFileLoader(template, config=config).ais_parse_webdataset():
                 got.append(sample["__key__"])
                 if len(got) == 100:
                     started.set()
                 time.sleep(0.0005)
-        thread.join()
-        assert any("retry" in r.getMessage() or "resuming" in r.getMessage()
-                   for r in caplog.records)
-        assert Counter(got) == Counter(keys)
     finally:
-        playground.down(wipe=True, quiet=True)
+        started.set()
+        thread.join()  # the target runs again, whatever happened: the next test needs it
+    assert any("retry" in r.getMessage() or "resuming" in r.getMessage()
+               for r in caplog.records)
+    assert Counter(got) == Counter(keys)
 
 
 def test_a_stream_broken_past_the_retries_names_the_byte(ais_endpoint: str, ais_client: Client,

@@ -22,17 +22,6 @@ from tests.conftest import write_shards
 from tests.integration._recording_proxy import RecordingProxy
 
 
-@pytest.fixture(scope="module")
-def own_playground(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Playground]:
-    """A playground of this module's own, since its tests kill and restart nodes."""
-    playground = Playground(tmp_path_factory.mktemp("pg-faults"))
-    playground.up()
-    try:
-        yield playground
-    finally:
-        playground.down(wipe=True, quiet=True)
-
-
 def test_proxy_restart_mid_epoch_with_default_retries(own_playground: Playground, tmp_path: Path,
                                                       caplog: pytest.LogCaptureFixture) -> None:
     assert own_playground.endpoint
