@@ -1,7 +1,8 @@
 # The two commands a new user needs (each sets up the venvs, packages and AIStore node itself):
 #   make demo   - the main job: a real pipeline from a local AIStore into a training loop
 #   make test   - lint, type checks, the docs site, unit and integration tests against a real
-#                 local AIStore, with torchdata 0.9 (.venv) and then torchdata 0.11 (.venv-td011)
+#                 local AIStore, with torchdata 0.9 (.venv), then what depends on torchdata's
+#                 generation again with torchdata 0.11 (.venv-td011)
 PY := .venv/bin/python
 PY_TD011 := .venv-td011/bin/python
 # make demo LOADER=dataloader|stateful|nodes runs the demo on another loader (nodes: torchdata 0.11)
@@ -31,11 +32,18 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 	AISIO_DOCS_SITE=site $(PY) -m pytest tests/docs -q --noconftest
 
-# --durations: the slowest tests, in every CI log (make test has a 20-minute budget)
+# make test runs every test once, and the tests that depend on torchdata's generation in both
+# environments: the .venv pass runs all it collects and records the ones it ran; the .venv-td011
+# pass leaves out those it recorded, unless marked torchdata (tests/environments.py).
+# test-td09 and test-td011 alone each run everything their environment collects.
+# --durations: the slowest tests, in every CI log (make test has a 12-minute budget)
+RAN := .pytest_cache/aisio/ran-td09.txt
+
 test-td09: setup
-	$(PY) -m pytest --durations=15 --ignore=tests/docs
+	$(PY) -m pytest --durations=30 --ignore=tests/docs --record-ran=$(RAN)
 
 test-td011: setup
-	$(PY_TD011) -m pytest --durations=15 --ignore=tests/docs
+	$(PY_TD011) -m pytest --durations=30 --ignore=tests/docs
 
-test: lint docs test-td09 test-td011
+test: lint docs test-td09
+	$(PY_TD011) -m pytest --durations=30 --ignore=tests/docs --once-ran-in=$(RAN)

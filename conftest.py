@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# Which tests run in which environment (make test's two passes): see tests/environments.py.
+pytest_plugins = ["tests.environments"]
+
 # The DataLoader2 front end imports torchdata.dataloader2 (torchdata < 0.10): in the torchdata
 # 0.11 environment its modules have nothing to collect.
 # The trainer integrations import their trainer (an optional extra): where it is missing, so

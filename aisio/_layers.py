@@ -2,7 +2,7 @@
 
 ``LAYERS`` lists aisio's parts from the top down. A module belongs to the part whose name is
 the longest prefix of its own; it may import modules of its own part and of any part in a lower
-layer, never one above it nor a neighbour in its own layer. ``tests/unit/test_layering.py`` holds
+layer, never one above it nor a neighbour in its own layer. ``tests/unit/test_layers.py`` holds
 the whole package to this (imports inside functions count too), and the docs' architecture page
 draws the same map from this list.
 """

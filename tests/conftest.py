@@ -18,6 +18,8 @@ from aisio.core.store.urls import AISPath, Bucket
 from aisio.playground import Playground
 
 HERE = Path(__file__).parent
+#: the checkout (what subprocesses run from and import aisio from)
+ROOT = HERE.parent
 
 HAS_DATALOADER2 = importlib.util.find_spec("torchdata.dataloader2") is not None
 HAS_NODES = importlib.util.find_spec("torchdata.nodes") is not None
@@ -39,7 +41,7 @@ needs_dataloader2 = pytest.mark.skipif(
 def pytest_configure(config: pytest.Config) -> None:
     # Subprocesses (distributed ranks, examples, notebook kernels) must import this checkout's
     # aisio, whatever checkout the shared venv's editable install points at.
-    root = str(HERE.parent)
+    root = str(ROOT)
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join([root, *[p for p in paths if p != root]])
 

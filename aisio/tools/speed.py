@@ -49,14 +49,14 @@ class Bottleneck:
         return f"Bottleneck({self.verdict()}; {self.batches} batches)"
 
 
-def _per_batch(batches: Iterable[Any], n: int, skip: int, fn: Callable[[Any], Any] | None
-               ) -> tuple[float, int]:
+def _per_batch(batches: Iterable[Any], n: int, skip: int, fn: Callable[[Any], Any] | None,
+               clock: Callable[[], float]) -> tuple[float, int]:
     iterator = iter(batches)
     for batch in itertools.islice(iterator, skip):
         if fn is not None:
             fn(batch)
     done = 0
-    start = time.perf_counter()
+    start = clock()
     for batch in itertools.islice(iterator, n):
         if fn is not None:
             fn(batch)
@@ -64,11 +64,11 @@ def _per_batch(batches: Iterable[Any], n: int, skip: int, fn: Callable[[Any], An
     if not done:
         raise ValueError("the loader yielded no batches after the warm-up; lower warmup= or "
                          "give it more data")
-    return (time.perf_counter() - start) / done, done
+    return (clock() - start) / done, done
 
 
 def bottleneck(loader: Iterable[Any], step: Callable[[Any], Any], batches: int = 50, *,
-               warmup: int = 3) -> Bottleneck:
+               warmup: int = 3, clock: Callable[[], float] = time.perf_counter) -> Bottleneck:
     """Times ``step`` on streamed batches against the same step on one cached batch.
 
     Args:
@@ -80,17 +80,23 @@ def bottleneck(loader: Iterable[Any], step: Callable[[Any], Any], batches: int =
             loader: an epoch shorter than ``warmup + batches`` warns, and the timings rest on
             the batches it had).
         warmup: batches run first and not timed (worker start-up, first-batch latency).
+        clock: what the timings read (seconds); ``time.perf_counter`` unless you pass your own.
 
     Example:
-        >>> import time
-        >>> result = bottleneck([[1]] * 12, lambda batch: time.sleep(0.001), batches=8)
-        >>> result.bound_by
-        'step'
+        A step that takes 5 ms, on a clock that only the step moves (so that the example reads
+        the same on any machine); your own run leaves ``clock`` out.
+
+        >>> now = [0.0]
+        >>> def train_step(batch):
+        ...     now[0] += 0.005
+        >>> result = bottleneck([[1]] * 12, train_step, batches=8, clock=lambda: now[0])
+        >>> result.bound_by, round(result.cached * 1e3, 3), round(result.loader * 1e3, 3)
+        ('step', 5.0, 0.0)
     """
     if batches < 1:
         raise ValueError(f"batches={batches} must be at least 1")
-    loader_alone, done = _per_batch(loader, batches, warmup, None)
-    streamed, done_streamed = _per_batch(loader, batches, warmup, step)
+    loader_alone, done = _per_batch(loader, batches, warmup, None, clock)
+    streamed, done_streamed = _per_batch(loader, batches, warmup, step, clock)
     done = min(done, done_streamed)
     if done < batches:
         warnings.warn(
@@ -99,7 +105,7 @@ def bottleneck(loader: Iterable[Any], step: Callable[[Any], Any], batches: int =
             "includes the epoch's start (workers, first reads); give it more data or pass "
             f"batches={done} or fewer", stacklevel=2)
     held = next(iter(loader))
-    cached, _ = _per_batch(itertools.repeat(held), done, warmup, step)
+    cached, _ = _per_batch(itertools.repeat(held), done, warmup, step, clock)
     return Bottleneck(loader_alone, streamed, cached, done)
 
 

@@ -4,6 +4,7 @@ underneath (its parts are listed in ``aisio._layers``) must not move a user's im
 from __future__ import annotations
 
 import importlib
+import inspect
 
 import aisio
 
@@ -38,3 +39,10 @@ def test_every_public_name_resolves_and_says_where_it_lives() -> None:
 def test_the_namespaces_resolve() -> None:
     for name in NAMESPACES:
         assert getattr(aisio, name) is importlib.import_module(f"aisio.{name}")
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert aisio.__all__ == sorted(aisio.__all__)
+    public = {n for n, v in vars(aisio).items() if not n.startswith("_") and
+              (inspect.isclass(v) or inspect.isfunction(v))}
+    assert public <= set(aisio.__all__)

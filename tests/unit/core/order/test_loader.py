@@ -1,0 +1,201 @@
+"""Tests for aisio.core.order.loader: OrderedLoader and OrderSetup, no framework, no cluster.
+
+The readers are the real ones (:func:`~aisio.core.order.reader.reader_rounds`) over shards held
+in memory (``Store`` of tests/unit/core/order/test_streams.py); a "front end" is the function
+``open_epoch(epoch, state)`` that publishes the epoch and hands out its readers' packs,
+interleaved like a loader's workers (round robin, or at random keeping each worker's order).
+OrderedLoader must yield the same batches whatever the workers and the interleaving, and
+resume from its state with exactly the batches the uninterrupted run yields next.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import aisio
+from aisio.core.epochs.plan import EpochPlan
+from aisio.core.faults.policy import SKIPPED
+from aisio.core.order.loader import (
+    OrderedLoader,
+    OrderSetup,
+    check_ordered_options,
+    is_deterministic,
+    refuse_streams,
+)
+from aisio.core.order.reader import reader_rounds, rounds_per_item
+from aisio.core.pipeline.spec import PipelineSpec
+from aisio.core.transport.delivery import Failure
+from tests.unit.core.order.test_streams import Store, interleave
+
+SIZES = [7, 3, 9, 5, 6, 4]
+SEED = 11
+
+
+def ordered(store: Store, *, workers: int = 2, rank: int = 0, world: int = 1, batch: int = 8,
+            streams: int | None = 4, buffer: int = 3, shuffle: int | None = None,
+            stage: Any = None, collate: Any = None) -> OrderedLoader:
+    """Returns an OrderedLoader over ``store`` whose readers run in this process."""
+    spec = PipelineSpec.build(endpoint="http://127.0.0.1:9", batch_size=batch,
+                              shuffle_buffer=buffer)
+    setup = OrderSetup.build(store.refs, spec, seed=SEED, streams=streams, rank=rank,
+                             world=world, epochs=EpochPlan(), where="test")
+    rng = None if shuffle is None else random.Random(shuffle)
+
+    def open_epoch(epoch: int, state: dict[str, Any] | None) -> Iterator[Any]:
+        setup.epochs.publish(epoch, state)
+        _, published = setup.epochs.read()
+        plan = setup.plan(epoch)
+        group = rounds_per_item(plan, plan.rank_streams(rank, world), workers)
+        readers = [reader_rounds(plan, plan.reader_streams(rank, world, w, workers), store.open,
+                                 state=published, group=group, stage=stage)
+                   for w in range(max(workers, 1))]
+        return interleave(readers, rng)
+
+    return OrderedLoader(setup, open_epoch=open_epoch, collate=collate)
+
+
+def keys(batches: list[list[dict[str, Any]]]) -> list[list[str]]:
+    return [[sample["__key__"] for sample in batch] for batch in batches]
+
+
+STORE = Store(SIZES, SEED)
+WHOLE = keys(list(ordered(STORE, workers=0)))
+
+
+def test_an_epoch_is_every_sample_once_in_batches_of_the_global_size() -> None:
+    assert sorted(k for batch in WHOLE for k in batch) == sorted(
+        key for index in range(len(SIZES)) for key in STORE.samples(index))
+    sizes = [len(batch) for batch in WHOLE]
+    assert sizes[0] == 8 and sizes == sorted(sizes, reverse=True)  # short once streams end
+
+
+@pytest.mark.parametrize(("workers", "shuffle"), [(1, None), (2, None), (3, 5), (4, 6)])
+def test_the_batches_are_the_same_on_any_workers_and_interleaving(
+        workers: int, shuffle: int | None) -> None:
+    assert keys(list(ordered(STORE, workers=workers, shuffle=shuffle))) == WHOLE
+
+
+def test_each_epoch_has_its_own_order_and_set_epoch_goes_back() -> None:
+    run = ordered(STORE)
+    first, second = keys(list(run)), keys(list(run))
+    assert first == WHOLE and second != first and run.epoch == 2
+    run.set_epoch(1)
+    assert keys(list(run)) == second
+
+
+@settings(max_examples=25, deadline=None)
+@given(stop=st.integers(0, 12), workers=st.integers(0, 3), world=st.sampled_from([1, 2, 4]),
+       shuffle=st.none() | st.integers(0, 9))
+def test_a_state_taken_at_any_step_resumes_with_the_batches_the_run_yields_next(
+        stop: int, workers: int, world: int, shuffle: int | None) -> None:
+    """Stopped after ``stop`` batches, the state (through JSON) resumes on ``world`` ranks and
+    ``workers`` workers; their batches, merged round by round, are the rest of WHOLE."""
+    run = ordered(STORE, workers=2)
+    batches = iter(run)
+    got = [next(batches) for _ in range(min(stop, len(WHOLE)))]
+    state = json.loads(json.dumps(run.state_dict()))
+    ranks = [ordered(STORE, workers=workers, rank=r, world=world, shuffle=shuffle)
+             for r in range(world)]
+    for rank in ranks:
+        rank.load_state_dict(state)
+    rest = [keys(list(rank)) for rank in ranks]
+    merged = [[key for part in rest if t < len(part) for key in part[t]]
+              for t in range(max(map(len, rest)))]
+    assert keys(got) + merged == WHOLE
+
+
+def test_the_states_of_every_rank_resume_on_one() -> None:
+    ranks = [ordered(STORE, rank=r, world=2) for r in range(2)]
+    iterators = [iter(rank) for rank in ranks]
+    for _ in range(3):
+        for iterator in iterators:
+            next(iterator)
+    single = ordered(STORE, workers=1)
+    single.load_state_dict([rank.state_dict() for rank in ranks])
+    assert keys(list(single)) == WHOLE[3:]
+
+
+def test_before_the_first_step_the_state_is_the_epochs_start_or_the_loaded_one() -> None:
+    run = ordered(STORE)
+    fresh = run.state_dict()
+    assert fresh["epoch"] == 0
+    iterator = iter(run)
+    next(iterator)
+    taken = run.state_dict()
+    other = ordered(STORE)
+    other.load_state_dict(taken)
+    assert other.state_dict() == taken and other.epoch == 0
+
+
+def test_collate_makes_each_batch() -> None:
+    assert list(ordered(STORE, collate=len)) == [len(batch) for batch in WHOLE]
+
+
+def test_skipped_samples_leave_their_batch_and_a_round_of_nothing_yields_nothing() -> None:
+    skipped = {key for batch in WHOLE[:2] for key in batch} | {WHOLE[3][0]}
+
+    def stage(sample: dict[str, Any]) -> Any:
+        return SKIPPED if sample["__key__"] in skipped else sample
+
+    got = keys(list(ordered(STORE, stage=stage)))
+    assert got == [[k for k in batch if k not in skipped] for batch in WHOLE[2:]]
+
+
+def test_a_readers_failure_raises_its_error_with_the_readers_traceback() -> None:
+    error = aisio.ShardFormatError("shard ais://b/train-0001.tar is truncated", url="x")
+    run = ordered(STORE)
+    run._open_epoch = lambda epoch, state: iter([Failure(error, "Traceback: in a worker")])
+    with pytest.raises(aisio.ShardFormatError) as info:
+        list(run)
+    assert info.value is error and isinstance(info.value.__cause__, aisio.WorkerTraceback)
+
+
+def test_a_state_of_another_plan_or_order_is_refused() -> None:
+    run = ordered(STORE)
+    state = run.state_dict()
+    with pytest.raises(aisio.StateMismatchError):
+        ordered(STORE, batch=16).load_state_dict(state)
+    with pytest.raises(aisio.StateMismatchError):
+        ordered(Store(SIZES, SEED + 1, name="other")).load_state_dict(state)
+    with pytest.raises(aisio.StateMismatchError, match="names no epoch"):
+        run.load_state_dict({"version": 1, "shards": 6})
+
+
+@pytest.mark.parametrize(("batch", "streams", "world", "match"), [
+    (8, 3, 1, "streams=3 must divide the global batch_size=8"),
+    (8, 4, 3, "3 ranks cannot share streams=4"),
+    (6, 2, 2, None),  # fine: 2 streams, 2 ranks, 3 samples each
+    (12, 6, 2, None),
+    (12, None, 1, None),  # K = gcd(12, 8) = 4
+])
+def test_streams_and_ranks_must_divide_the_global_batch(batch: int, streams: int | None,
+                                                        world: int, match: str | None) -> None:
+    spec = PipelineSpec.build(endpoint="http://127.0.0.1:9", batch_size=batch)
+    build = dict(seed=0, streams=streams, rank=0, world=world, epochs=EpochPlan(), where="f")
+    if match is None:
+        setup = OrderSetup.build(STORE.refs, spec, **build)  # type: ignore[arg-type]
+        assert setup.batch % setup.streams == 0 and setup.streams % world == 0
+        return
+    with pytest.raises(aisio.ConfigError, match=match):
+        OrderSetup.build(STORE.refs, spec, **build)  # type: ignore[arg-type]
+
+
+def test_the_order_options_are_checked() -> None:
+    assert is_deterministic("deterministic", "f") and not is_deterministic("fast", "f")
+    with pytest.raises(aisio.ConfigError, match="has no order='shuffled'"):
+        is_deterministic("shuffled", "f")
+    with pytest.raises(aisio.ConfigError, match="streams= goes with"):
+        refuse_streams(4, "f")
+    refuse_streams(None, "f")
+    for option in ("drop_last", "decode_threads", "resampled"):
+        with pytest.raises(aisio.ConfigError, match=f"cannot honour {option}="):
+            check_ordered_options({option: True, "batch_size": 8}, "f")
+    with pytest.raises(aisio.ConfigError, match="needs batch_size=G"):
+        check_ordered_options({}, "f")

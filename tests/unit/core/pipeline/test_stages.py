@@ -1,0 +1,102 @@
+"""Tests for aisio.core.pipeline.stages: the per-sample stage (decode, tuple fields) and its
+error policy (a bad sample raises, or is skipped and reported), and the advice it gives."""
+
+from __future__ import annotations
+
+import io
+import pickle
+
+import pytest
+from PIL import Image
+
+from aisio import Decoder, ErrorReport
+from aisio.core.faults.errors import DecodeError
+from aisio.core.faults.policy import SKIPPED, is_kept
+from aisio.core.format.decode import FieldDecodeError, MissingFieldError
+from aisio.core.pipeline.spec import PipelineSpec
+from aisio.core.pipeline.stages import SampleStage
+
+URL = "ais://b/s-0001.tar"
+
+
+def jpeg() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (4, 4), "red").save(out, "JPEG")
+    return out.getvalue()
+
+
+def samples() -> list[dict[str, object]]:
+    good = jpeg()
+    return [{"__key__": f"k{i}", "__url__": URL, "jpg": good if i != 2 else good[:20],
+             "cls": str(i).encode()} for i in range(5)]
+
+
+# ------------------------------------------------------------------------- decode error policy
+
+
+def test_one_corrupt_jpeg_raises_by_default_naming_shard_key_and_field() -> None:
+    stage = SampleStage(Decoder("rgb8"), "jpg cls")
+    with pytest.raises(FieldDecodeError) as info:
+        [stage(s) for s in samples()]
+    err = info.value
+    assert (err.url, err.key, err.field, err.member) == (URL, "k2", "jpg", "k2.jpg")
+    assert URL in str(err) and "'k2'" in str(err) and "'jpg'" in str(err)
+    assert pickle.loads(pickle.dumps(err)).member == "k2.jpg"
+
+
+@pytest.mark.parametrize("policy", ["skip", "warn"])
+def test_skip_and_warn_drop_only_the_bad_sample_and_record_it(policy: str) -> None:
+    report = ErrorReport()
+    stage = SampleStage(Decoder("rgb8"), ("jpg", "cls"), on_error=policy,  # type: ignore[arg-type]
+                        report=report)
+    if policy == "warn":
+        with pytest.warns(UserWarning, match="skipped sample 'k2'"):
+            out = [stage(s) for s in samples()]
+    else:
+        out = [stage(s) for s in samples()]
+    kept = [item for item in out if is_kept(item)]
+    assert [label for _, label in kept] == [0, 1, 3, 4]
+    assert out[2] is SKIPPED
+    (record,) = report.records()
+    assert record["shard"] == URL and record["member"] == "k2.jpg"
+    assert record["error"] == "FieldDecodeError"
+
+
+def test_missing_field_is_a_per_sample_error_too() -> None:
+    report = ErrorReport()
+    stage = SampleStage(None, "jpg;png txt", on_error="skip", report=report)
+    assert stage({"__key__": "a", "__url__": URL, "jpg": b"x"}) is SKIPPED
+    assert report.records()[0]["member"] == "a.txt"
+    assert isinstance(MissingFieldError("m"), KeyError)
+
+
+def test_refused_pickle_is_raised_whatever_the_policy() -> None:
+    stage = SampleStage(Decoder(None), on_error="skip")
+    with pytest.raises(DecodeError, match="allow_pickle"):
+        stage({"__key__": "a", "__url__": URL, "pyd": pickle.dumps(1)})
+
+
+def test_stage_pickles_and_checks_its_policy() -> None:
+    stage = pickle.loads(pickle.dumps(SampleStage(Decoder(), "cls", on_error="skip")))
+    assert stage({"__key__": "a", "cls": b"3"}) == (3,)
+    assert pickle.loads(pickle.dumps(SKIPPED)) is SKIPPED
+    with pytest.raises(ValueError, match="on_error"):
+        SampleStage(on_error="ignore")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------- advice
+
+
+def test_missing_field_advice_names_fixes_that_work() -> None:
+    sample = {"__key__": "k", "__url__": "ais://b/s.tar", "png": b"x"}
+    with pytest.raises(MissingFieldError) as info:
+        SampleStage(None, "jpg cls")(sample)
+    message = str(info.value)
+    assert "pass missing_ok=True" not in message  # no loader takes it
+    assert "tuple_fields" in message and "on_error='skip'" in message
+    # Both fixes it names work, as the loaders take them:
+    assert SampleStage(None, "jpg;png", on_error="skip")(sample) == (b"x",)
+    assert SampleStage(None, "jpg cls", on_error="skip")(sample) is SKIPPED
+    spec = PipelineSpec.build(endpoint="http://h:1", tuple_fields="jpg;png cls",
+                              on_error="skip")
+    assert spec.stage() is not None

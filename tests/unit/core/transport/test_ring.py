@@ -1,0 +1,150 @@
+"""Tests for aisio.core.transport.ring within one process: what a worker puts in a slot, the
+training process gets back, equal; and when the ring is full or a payload too large, the
+value is pickled instead (never a wait). Across processes:
+tests/integration/core/transport/test_ring.py.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from aisio.core.transport import ring as ring_module
+from aisio.core.transport.delivery import Delivery
+from aisio.core.transport.ring import Ring, Shipped, export
+
+BIG = 32 * 1024
+
+
+def equal(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, torch.Tensor):
+        return (a.dtype == b.dtype and a.shape == b.shape
+                and bool(torch.equal(a, b)) and b.is_contiguous())
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
+    return bool(a == b)
+
+
+def arrive(shipped: Shipped) -> Shipped:
+    """Returns ``shipped`` as the receiving process sees it (it frees the slot)."""
+    return Shipped(shipped.skeleton, shipped.slot, shipped.key, received=True)
+
+
+def payload(seed: int) -> Any:
+    gen = torch.Generator().manual_seed(seed)
+    tensors = {str(dtype): torch.randint(0, 100, (40, 300), generator=gen).to(dtype)
+               for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                             torch.float16, torch.bfloat16, torch.float32, torch.float64,
+                             torch.bool, torch.complex64)}
+    return {
+        "jpg": [bytes([seed % 256, i]) * (BIG // 2) for i in range(3)],
+        "small": b"kept in the pickle",
+        "tensors": tensors,
+        "strided": torch.arange(BIG, dtype=torch.int32).view(128, -1).t(),
+        "scalar": torch.tensor(3.5),
+        "array": np.arange(BIG, dtype=np.float32).reshape(64, -1),
+        "fortran": np.asfortranarray(np.arange(BIG, dtype=np.int16).reshape(64, -1)),
+        "nested": ([b"x" * BIG, (torch.ones(BIG // 4), 7)], "cls", None),
+    }
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_value_comes_out_of_a_slot_equal(seed: int) -> None:
+    ring = Ring(slots=2)
+    value = payload(seed)
+    shipped = export(value, ring)
+    assert shipped is not None and ring.in_flight() == 1
+    assert shipped.skeleton["small"] == b"kept in the pickle"  # too small to move
+    assert len(pickle.dumps(shipped.skeleton)) < 20_000  # the payload is not in the pickle
+    out = arrive(shipped).open()
+    assert equal(value, out)
+    assert ring.in_flight() == 0
+
+
+def test_a_slot_is_reused_and_grown_never_waited_for() -> None:
+    ring = Ring(slots=2, max_slot=8 << 20)
+    value = [b"a" * BIG] * 4
+    first, second = export(value, ring), export(value, ring)
+    assert first is not None and second is not None
+    assert export(value, ring) is None  # the ring is full: pickle, don't wait
+    arrive(first).open()
+    third = export(value, ring)
+    assert third is not None and third.key == first.key  # the freed slot, reused
+    assert ring.allocated() == 2
+    assert export([b"b" * (9 << 20)], ring) is None  # larger than a slot may be
+    arrive(second).release()
+    arrive(third).release()
+    bigger = export([b"c" * (4 << 20)], ring)  # outgrows its slot: a larger one replaces it
+    assert bigger is not None and bigger.key[2] > third.key[2]
+    assert arrive(bigger).open() == [b"c" * (4 << 20)]
+
+
+def test_small_values_and_a_disabled_transport_are_pickled(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    ring = Ring()
+    assert export([b"x" * 1000] * 60, ring) is None  # leaves below MIN_LEAF
+    assert export({"a": b"x" * 5000}, ring) is None  # below MIN_TOTAL in all
+    monkeypatch.setattr(ring_module, "ENABLED", False)
+    assert export([b"x" * BIG] * 4, ring) is None
+    assert ring.allocated() == 0
+
+
+def test_a_delivery_dropped_unopened_frees_its_slot() -> None:
+    ring = Ring(slots=1)
+    shipped = export([b"x" * BIG] * 4, ring)
+    assert shipped is not None
+    received = arrive(shipped)
+    del shipped  # the sender's copy never frees the slot
+    assert ring.in_flight() == 1
+    delivery = Delivery(received, [(0, 0, 10, False)])
+    del received
+    del delivery  # the epoch stopped before this one was unpacked
+    assert ring.in_flight() == 0
+
+
+def test_delivery_unpack_and_pin_memory_open_a_shipped_value() -> None:
+    ring = Ring(slots=2)
+    value = (torch.arange(BIG), [b"y" * BIG])
+    for method in ("unpack", "pin_memory"):
+        shipped = export(value, ring)
+        assert shipped is not None
+        delivery = Delivery(arrive(shipped), [(0, k, k + 1, False) for k in range(2)])
+        out = delivery.unpack() if method == "unpack" else delivery.pin_memory().value
+        assert equal(value, out)
+        assert ring.in_flight() == 0
+    plain = Delivery(value, [(0, 0, 1, False)])
+    assert plain.unpack() is value and equal(plain.pin_memory().value, value)
+
+
+def test_a_plain_pickle_of_a_delivery_carries_its_value() -> None:
+    """Only multiprocessing's pickler moves payloads to shared memory (a checkpoint or a
+    deepcopy of a delivery keeps its value)."""
+    value = [b"z" * BIG] * 4
+    back = pickle.loads(pickle.dumps(Delivery(value, [(0, 0, 1, False)])))
+    assert back.value == value and list(back.positions) == [(0, 0, 1, False)]
+
+
+def test_a_slot_handle_travels_once() -> None:
+    """The first delivery of a slot carries its handle; the receiver keeps the slot mapped and
+    says so in the slot, and later deliveries name it by key alone."""
+    ring = Ring(slots=1)
+    value = [b"h" * BIG] * 4
+    try:
+        for round_ in range(3):
+            shipped = export(value, ring)
+            assert shipped is not None
+            rebuild, args = shipped.__reduce__()
+            assert (args[1] is not None) == (round_ == 0)
+            assert rebuild(*args).open() == value  # as unpickling in the receiver does
+    finally:
+        ring_module._held.clear()

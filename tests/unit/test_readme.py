@@ -1,0 +1,37 @@
+"""The README's and the docs' Python snippets import what they use (a reader can paste them)."""
+
+from __future__ import annotations
+
+from tests.conftest import ROOT
+
+
+def _free_names(code: str) -> set[str]:
+    """Returns the names a snippet reads but neither imports nor assigns."""
+    import ast
+    import builtins
+
+    tree = ast.parse(code)
+    bound = set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.arg)):
+            bound.add(node.arg if isinstance(node, ast.arg) else node.name)
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return used - bound
+
+
+def test_readme_python_snippets_import_what_they_use() -> None:
+    import re
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    blocks = [code for page in pages
+              for code in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)]
+    assert blocks
+    # What a snippet may take from its reader's context: the training loop's own objects,
+    # and `shards`, which the sections name in their text.
+    context = {"aisio", "torch", "model", "shards"}
+    for code in blocks:
+        assert _free_names(code) <= context, (_free_names(code) - context, code[:80])
