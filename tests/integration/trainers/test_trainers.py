@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 pytest.importorskip("pytorch_lightning")
 pytest.importorskip("accelerate")
 
-RESUME = Path(__file__).resolve().parents[2] / "examples" / "trainers" / "resume.py"
+RESUME = Path(__file__).resolve().parents[3] / "examples" / "trainers" / "resume.py"
 
 
 def resume(endpoint: str, bucket: Bucket, *args: str) -> str:
