@@ -9,7 +9,7 @@ PY_TD011 := .venv-td011/bin/python
 LOADER ?= dataloader2
 DEMO_PY := $(if $(filter nodes,$(LOADER)),$(PY_TD011),$(PY))
 
-.PHONY: demo test lint setup test-td09 test-td011 notebook docs
+.PHONY: demo test lint setup test-td09 test-td011 test-trainers notebook docs
 setup:
 	@scripts/bootstrap.sh
 
@@ -40,10 +40,15 @@ docs: setup
 RAN := .pytest_cache/aisio/ran-td09.txt
 
 test-td09: setup
-	$(PY) -m pytest --durations=30 --ignore=tests/docs --record-ran=$(RAN)
+	$(PY) -m pytest --durations=30 --ignore=tests/docs -m "not long" --record-ran=$(RAN)
 
 test-td011: setup
-	$(PY_TD011) -m pytest --durations=30 --ignore=tests/docs
+	$(PY_TD011) -m pytest --durations=30 --ignore=tests/docs -m "not long"
 
 test: lint docs test-td09
-	$(PY_TD011) -m pytest --durations=30 --ignore=tests/docs --once-ran-in=$(RAN)
+	$(PY_TD011) -m pytest --durations=30 --ignore=tests/docs -m "not long" --once-ran-in=$(RAN)
+
+# The long profile, by hand: each trainer (Lightning, Fabric, accelerate, torchrun) killed and
+# resumed on 1 and 2 processes, both orders (about 6 minutes; make test runs a bounded part).
+test-trainers: setup
+	$(PY) -m pytest tests/integration/trainers --durations=20

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from aisio.core.epochs.received import FollowsTrainer
+from aisio.core.faults.errors import UsageError
 
 
 class TrainedBatches:
@@ -30,10 +31,20 @@ class TrainedBatches:
         for loader in self._loaders:
             loader.trained()
 
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        for loader in self._loaders:  # a later loop, or another Trainer, is not this one
+            loader.follow_trainer(False)
+
     def _follow(self, trainer: Any) -> None:
-        self._loaders = [loader for loader in _leaves(trainer.train_dataloader)
-                         if isinstance(loader, FollowsTrainer)]
-        for loader in self._loaders:
+        loaders = [loader for loader in _leaves(trainer.train_dataloader)
+                   if isinstance(loader, FollowsTrainer)]
+        if len(loaders) > 1:
+            raise UsageError(
+                f"this Trainer has {len(loaders)} aisio train loaders; aisio's callback follows "
+                "one (Lightning's combined modes draw from several at different paces, so a "
+                "step's batch is not one of each): mix the shards into one loader instead")
+        self._loaders = loaders
+        for loader in loaders:
             loader.follow_trainer()
 
 

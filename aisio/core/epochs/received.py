@@ -41,9 +41,10 @@ class Received:
         self._counted = 0  # batches whose record was applied
         self._trained = 0
 
-    def follow(self) -> None:
-        """From the next batch on, counts a batch only once :meth:`trained` reports it."""
-        self.following = True
+    def follow(self, following: bool = True) -> None:
+        """From the next batch on, counts a batch only once :meth:`trained` reports it (with
+        ``following=False``: as it is yielded again, after what is pending)."""
+        self.following = following
 
     def start(self) -> None:
         """Starts an epoch's iteration: nothing yielded, nothing trained yet."""
@@ -54,12 +55,12 @@ class Received:
         """Takes the record of an item about to be yielded (``batch=False``: of samples that
         were skipped, yielded as nothing)."""
         self._yielded += batch
-        if not self.following:
+        if not self.following and not self._pending:
             record()
             self._counted += batch
             return
         self._pending.append((record, batch))
-        self._apply(self._trained)
+        self._apply(self._trained if self.following else None)
 
     def trained(self, batches: int = 1) -> None:
         """Reports that the trainer has trained on ``batches`` more of the epoch's batches.
@@ -103,10 +104,10 @@ class FollowsTrainer:
 
     received: Received
 
-    def follow_trainer(self) -> None:
+    def follow_trainer(self, following: bool = True) -> None:
         """Makes ``state_dict()`` cover the batches the trainer reports with :meth:`trained`,
-        not the ones it fetched ahead of them."""
-        self.received.follow()
+        not the ones it fetched ahead of them (``False``: the trainer is done with it)."""
+        self.received.follow(following)
 
     def trained(self, batches: int = 1) -> None:
         """Reports that the trainer finished training on ``batches`` more batches of this

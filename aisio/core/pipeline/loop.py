@@ -157,15 +157,19 @@ class ResumableLoader(FollowsTrainer):
         Raises:
             StateMismatchError: the loader cannot be resumed (``post=``, resampled shards).
         """
-        if not self.resumable:
-            raise StateMismatchError(
-                "this loader cannot say what the training loop received (resampled=True or "
-                "post= hides the samples' positions); drop them to checkpoint mid-epoch")
         return self._for_caller(self.local_state_dict(), sys._getframe(1))
 
     def local_state_dict(self) -> dict[str, Any]:
         """Returns what this process's training loop has received (or trained on, under a
-        trainer integration), never gathered over the ranks."""
+        trainer integration), never gathered over the ranks.
+
+        Raises:
+            StateMismatchError: the loader cannot be resumed (``post=``, resampled shards).
+        """
+        if not self.resumable:
+            raise StateMismatchError(
+                "this loader cannot say what the training loop received (resampled=True or "
+                "post= hides the samples' positions); drop them to checkpoint mid-epoch")
         if self._progress is not None:
             return self._progress.state_dict()
         if self._resume is not None:  # loaded, not started: the same progress, as a state

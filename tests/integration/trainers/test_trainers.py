@@ -34,16 +34,21 @@ def resume(endpoint: str, bucket: Bucket, *args: str) -> str:
     return done.stdout
 
 
+LONG = pytest.mark.long  # the full matrix: make test-trainers (make test runs the rest)
+
+
 @pytest.mark.parametrize("trainer, devices, extra", [
-    ("lightning", "1", ("--loader", "stateful")),
-    ("lightning", "2", ("--order", "deterministic", "--workers", "1", "0")),
-    ("lightning", "2", ("--resume-devices", "1")),  # resumed on another number of processes
-    ("fabric", "1", ("--order", "deterministic", "--workers", "0", "2")),
-    ("fabric", "2", ()),
-    ("accelerate", "1", ("--loader", "stateful")),
-    ("accelerate", "2", ()),
-    ("torchrun", "1", ()),
-    ("torchrun", "2", ("--loader", "stateful")),
+    # make test: the callback, the DDP gather and a resume on another number of processes
+    ("lightning", "2", ("--resume-devices", "1")),
+    pytest.param("lightning", "1", ("--loader", "stateful"), marks=LONG),
+    pytest.param("lightning", "2", ("--order", "deterministic", "--workers", "1", "0"),
+                 marks=LONG),
+    pytest.param("fabric", "1", ("--order", "deterministic", "--workers", "0", "2"), marks=LONG),
+    pytest.param("fabric", "2", (), marks=LONG),
+    pytest.param("accelerate", "1", ("--loader", "stateful"), marks=LONG),
+    pytest.param("accelerate", "2", (), marks=LONG),
+    pytest.param("torchrun", "1", (), marks=LONG),
+    pytest.param("torchrun", "2", ("--loader", "stateful"), marks=LONG),
 ])
 def test_a_killed_job_resumes_from_the_trainers_checkpoint_exactly_once(
         ais_endpoint: str, bucket: Bucket, trainer: str, devices: str,

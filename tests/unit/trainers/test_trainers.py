@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from aisio.core.epochs.received import FollowsTrainer, Received
-from aisio.core.faults.errors import LoaderUnavailableError
+from aisio.core.faults.errors import LoaderUnavailableError, UsageError
 from aisio.trainers.callback import TrainedBatches
 
 
@@ -43,18 +43,25 @@ class Loader(FollowsTrainer):
         self.received = Received()
 
 
-def test_the_callback_follows_every_aisio_train_loader_and_counts_each_step() -> None:
-    a, b = Loader(), Loader()
-    trainer = SimpleNamespace(train_dataloader={"a": a, "rest": [b, object()]})
+def test_the_callback_follows_the_aisio_train_loader_and_counts_each_step() -> None:
+    a = Loader()
+    trainer = SimpleNamespace(train_dataloader={"a": a, "rest": [object()]})
     callback = TrainedBatches()
     callback.on_train_start(trainer, None)
-    assert a.received.following and b.received.following
-    for loader in (a, b):
-        loader.received.start()
-        loader.received.add(lambda: None)
-        loader.received.add(lambda: None)
+    assert a.received.following
+    a.received.start()
+    a.received.add(lambda: None)
+    a.received.add(lambda: None)  # fetched ahead
     callback.on_train_batch_end(trainer, None, None, None, 0)
-    assert (a.received.ahead, b.received.ahead) == (1, 1)
+    assert a.received.ahead == 1
+    callback.on_train_end(trainer, None)  # the loader is the user's again
+    assert not a.received.following
+
+
+def test_the_callback_refuses_several_aisio_train_loaders() -> None:
+    trainer = SimpleNamespace(train_dataloader={"a": Loader(), "b": [Loader()]})
+    with pytest.raises(UsageError, match="2 aisio train loaders"):
+        TrainedBatches().on_train_start(trainer, None)
 
 
 def test_the_callback_tolerates_a_trainer_without_loaders() -> None:

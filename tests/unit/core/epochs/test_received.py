@@ -47,6 +47,20 @@ def test_a_followed_trainer_counts_only_what_it_trained_on_in_order() -> None:
     assert log == ["b0", "b1", "skipped", "b2", "b3"]
 
 
+def test_a_trainer_done_with_the_loader_leaves_its_records_in_order() -> None:
+    log: list[str] = []
+    received = Received()
+    received.follow()
+    received.start()
+    received.add(recorder(log, "b0"))
+    received.add(recorder(log, "b1"))
+    received.trained()
+    received.follow(False)  # the trainer has finished (b1 was fetched, never trained on)
+    assert log == ["b0"]
+    received.add(recorder(log, "b2"))  # a plain loop takes the loader on: in order
+    assert log == ["b0", "b1", "b2"] and received.ahead == 0
+
+
 def test_each_epoch_counts_anew_and_over_reporting_is_refused() -> None:
     received = Received()
     received.follow()
