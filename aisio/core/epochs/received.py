@@ -14,10 +14,10 @@ exactly the batches trained on, and the ones fetched ahead come again after a re
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 from aisio.core.faults.errors import UsageError
@@ -114,13 +114,23 @@ class FollowsTrainer:
         epoch (see :meth:`follow_trainer`)."""
         self.received.trained(batches)
 
-    def _for_caller(self, state: dict[str, Any], caller: FrameType | None) -> dict[str, Any]:
-        """Returns ``state`` as the code that asked for it should save it: for a trainer that
-        asks every rank at once (:data:`TRAINERS`), every rank's progress merged; a trainer
-        that fetches ahead of training must be followed, or this raises."""
-        module = str(caller.f_globals.get("__name__", "")) if caller is not None else ""
+    def local_state_dict(self) -> dict[str, Any]:
+        """Returns this process's state, never gathered over the ranks (each loader's own)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Returns what the training loop received, as a small JSON-able dict (see
+        :meth:`local_state_dict`). Asked by a trainer that checkpoints on every rank at once
+        (:data:`TRAINERS`): every rank's progress merged, of the batches it trained on.
+
+        Raises:
+            StateMismatchError: the loader cannot be resumed (``post=``, resampled shards).
+            UsageError: a trainer that fetches ahead asks, but the loader does not follow it.
+        """
+        state = self.local_state_dict()
+        caller = sys._getframe(1).f_globals.get("__name__", "")
         trainer = next((t for prefix, t in TRAINERS.items()
-                        if module == prefix or module.startswith(prefix + ".")), None)
+                        if caller == prefix or str(caller).startswith(prefix + ".")), None)
         if trainer is None:
             return state
         if trainer.fix and not self.received.following:

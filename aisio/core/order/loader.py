@@ -19,7 +19,6 @@ Framework-free: the front end passes its loader (``open_epoch``) and its collate
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -298,16 +297,11 @@ class OrderedLoader(FollowsTrainer):
         self._reorderer = None
         check_epoch(yielded, self.report, skipped_before=skipped_before)
 
-    def state_dict(self) -> dict[str, Any]:
-        """Returns what this rank's training loop received, as a small JSON-able dict (its
-        streams: merge every rank's with :func:`aisio.gather_state`, or pass the list to
-        :meth:`load_state_dict`). Between epochs: the start of the next one. Under a trainer
-        integration (``aisio.trainers``): the batches the trainer trained on, of every rank."""
-        return self._for_caller(self.local_state_dict(), sys._getframe(1))
-
     def local_state_dict(self) -> dict[str, Any]:
         """Returns what this rank's training loop received (or trained on, under a trainer
-        integration), never gathered over the ranks."""
+        integration), never gathered over the ranks: its streams (merge every rank's with
+        :func:`aisio.gather_state`, or pass the list to :meth:`load_state_dict`). Between
+        epochs: the start of the next one."""
         if self._reorderer is not None:
             return self._reorderer.state_dict()
         setup = self.setup

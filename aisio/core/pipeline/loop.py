@@ -11,7 +11,6 @@ yields the value: ``state_dict()`` then describes exactly what the training loop
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any
@@ -145,23 +144,11 @@ class ResumableLoader(FollowsTrainer):
         check_epoch(yielded, self.report, skipped_before=skipped_before)
         self._progress = None
 
-    def state_dict(self) -> dict[str, Any]:
-        """Returns what this process's training loop has received, as a small JSON-able dict.
-
-        Mid-epoch: the epoch's progress. Between epochs: the start of the next one. With
-        several ranks, each rank's state covers its own shards: save them all (see
-        :func:`aisio.merge_states`, or :func:`aisio.gather_state` to collect them). Under a
-        trainer integration (``aisio.trainers``): the batches the trainer trained on, of
-        every rank.
-
-        Raises:
-            StateMismatchError: the loader cannot be resumed (``post=``, resampled shards).
-        """
-        return self._for_caller(self.local_state_dict(), sys._getframe(1))
-
     def local_state_dict(self) -> dict[str, Any]:
         """Returns what this process's training loop has received (or trained on, under a
-        trainer integration), never gathered over the ranks.
+        trainer integration), never gathered over the ranks: mid-epoch, the epoch's progress;
+        between epochs, the start of the next one. With several ranks each rank's state covers
+        its own shards (see :func:`aisio.merge_states`, or :func:`aisio.gather_state`).
 
         Raises:
             StateMismatchError: the loader cannot be resumed (``post=``, resampled shards).

@@ -81,10 +81,8 @@ class Loader(FollowsTrainer):
     def __init__(self) -> None:
         self.received = Received()
 
-    def state_dict(self) -> dict[str, Any]:
-        import sys
-
-        return self._for_caller({"rank": "mine"}, sys._getframe(1))
+    def local_state_dict(self) -> dict[str, Any]:
+        return {"rank": "mine"}
 
 
 def called_from(module: str, loader: Loader) -> dict[str, Any]:
