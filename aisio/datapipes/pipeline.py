@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from torch.utils.data import default_collate
@@ -36,7 +36,7 @@ from aisio.core.transport.delivery import (
     deliveries,
     ship_errors,
 )
-from aisio.datapipes.base import IterableWrapper, IterDataPipe
+from aisio.datapipes.base import IterableWrapper, IterDataPipe, Unhooked
 from aisio.datapipes.pipes import AISFileLoader, WebDatasetParser
 from aisio.runtime.setup import list_shards
 from aisio.runtime.workers import worker_id
@@ -251,7 +251,7 @@ class ShardTasks(IterDataPipe):
         return len(self.shards)
 
 
-class EpochShuffle(IterDataPipe):
+class EpochShuffle(Unhooked, IterDataPipe):
     """Yields ``source`` shuffled through a buffer of ``size`` samples, seeded from ``(seed,
     epoch, rank, worker)``: every epoch reshuffled, every reader its own shuffle, the same in a
     rerun with the same seed, whichever loader runs it and however long its workers live."""
@@ -264,7 +264,9 @@ class EpochShuffle(IterDataPipe):
         self.seed = seed
         self.rank = rank
 
-    def __iter__(self) -> Iterator[Any]:
+    def _unhooked_iter(self, check: Callable[[], None]) -> Iterator[Any]:
+        # Per item, no torch hook: its source (the parser) checks that its iterator is the
+        # valid one once per shard, and a new iter() of this pipe makes a new one of it.
         epoch, _ = self.plan.read()
         rng = random.Random(f"{epoch_seed(self.seed, epoch)}:{self.rank}:{worker_id()}")
         return shuffle_buffer(self.source, self.size, rng)

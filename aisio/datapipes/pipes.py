@@ -8,7 +8,7 @@ lazily in whichever process iterates it, so the DataPipes pickle into worker pro
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from aisio.core.epochs.progress import ShardTask
@@ -33,9 +33,7 @@ from aisio.core.store.urls import ETL, AISPath, to_etl
 from aisio.datapipes.base import (
     IterDataPipe,
     StreamWrapper,
-    _check_iterator_valid,
-    _set_datapipe_valid_iterator_id,
-    _SnapshotState,
+    Unhooked,
     functional_datapipe,
 )
 
@@ -275,34 +273,16 @@ class AISFileLoader(_AISDataPipe):
             yield key, StreamWrapper(stream, name=key.uri() if isinstance(key, ShardTask) else key)
 
 
-class _HookedPerShard:
-    """Gives :class:`WebDatasetParser` an ``__iter__`` that torch does not wrap.
-
-    torch wraps the ``__iter__`` that a DataPipe class defines so that every item passes through
-    its hook (an iterator-validity check, a counter, the profiler): about half a microsecond, a
-    sixth of what a 2 KiB sample costs. Defined here, outside the DataPipe class, ``__iter__``
-    escapes that wrapper; it keeps torch's one rule that matters, one valid iterator per
-    DataPipe (a second ``iter()`` invalidates the first), checked once per shard instead of once
-    per sample. (torch's count of items yielded, used by its snapshot restore, is not kept:
-    aisio resumes from its own state.)
-    """
-
-    source_datapipe: Iterable[tuple[Any, Any]]
-    policy: ErrorPolicy
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        iterator_id = _set_datapipe_valid_iterator_id(self)
-        self._snapshot_state = _SnapshotState.Iterating
-        return parse_streams(self._pairs(iterator_id), self.policy)
-
-    def _pairs(self, iterator_id: int) -> Iterator[tuple[Any, Any]]:
-        for pair in self.source_datapipe:
-            _check_iterator_valid(self, iterator_id)
-            yield pair
+def _checked(pairs: Iterable[tuple[Any, Any]], check: Callable[[], None]
+             ) -> Iterator[tuple[Any, Any]]:
+    """Yields ``pairs``, checking before each that the iterator is still the valid one."""
+    for pair in pairs:
+        check()
+        yield pair
 
 
 @functional_datapipe("ais_parse_webdataset")
-class WebDatasetParser(_HookedPerShard, IterDataPipe):
+class WebDatasetParser(Unhooked, IterDataPipe):
     """Yields WebDataset samples (dicts with ``__key__``, ``__url__`` and one entry per suffix).
 
     Takes ``(url, stream)`` pairs, e.g. from :class:`AISFileLoader`, parses each tar stream as it
@@ -330,3 +310,6 @@ class WebDatasetParser(_HookedPerShard, IterDataPipe):
         self.source_datapipe = source_datapipe
         self.report = report if report is not None else ErrorReport()
         self.policy = ErrorPolicy(on_error, self.report)
+
+    def _unhooked_iter(self, check: Callable[[], None]) -> Iterator[dict[str, Any]]:
+        return parse_streams(_checked(self.source_datapipe, check), self.policy)

@@ -493,11 +493,12 @@ def _describe(value: Any) -> str:
 def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Iterator[Any]:
     """Yields ``items`` shuffled through a buffer of ``size`` (as webdataset and torch do)."""
     buffer: list[Any] = []
+    append, random_ = buffer.append, rng.random
     for item in items:
         if len(buffer) < size:
-            buffer.append(item)
+            append(item)
             continue
-        index = rng.randrange(size)
+        index = int(random_() * size)  # randrange's checks cost more than the rest of this loop
         yield buffer[index]
         buffer[index] = item
     rng.shuffle(buffer)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import operator
 import pickle
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
@@ -220,6 +221,10 @@ def _extension(suffix: str) -> str:
     return suffix.rpartition(".")[2]
 
 
+_UNPLANNED = object()
+_SLOW = object()
+
+
 def _sample_name(sample: Mapping[str, Any]) -> str:
     return f"sample {sample.get('__key__')!r} from shard {sample.get('__url__', '<unknown>')}"
 
@@ -258,6 +263,7 @@ class Decoder:
         if isinstance(only, str):
             only = only.split()
         self.only = None if only is None else frozenset(suffix.lower() for suffix in only)
+        self._plans: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return (
@@ -276,12 +282,42 @@ class Decoder:
                 is off. The message names the shard, the sample key and the field.
         """
         out: dict[str, Any] = {}
+        plans = self._plans
         for field, value in sample.items():
-            if field.startswith("__") or not isinstance(value, bytes) or not self._wanted(field):
+            plan = plans.get(field, _UNPLANNED)
+            if plan is None or not isinstance(value, bytes):
                 out[field] = value
-            else:
+                continue
+            if plan is _UNPLANNED:
+                plan = self._plan(sample, field)
+            if plan is None:
+                out[field] = value
+            elif plan is _SLOW:
                 out[field] = self.decode_field(sample, field, value)
+            else:
+                out[field] = self._run(plan, sample, field, value)
         return out
+
+    def _plan(self, sample: Mapping[str, Any], field: str) -> Any:
+        """Returns what ``__call__`` does with a bytes field named ``field``, and remembers it:
+        None (copy it), a decoder to run, or ``_SLOW`` (gzip: :meth:`decode_field`). A field
+        refused as a pickle raises every time; it is never remembered."""
+        plan: Any = None
+        if not field.startswith("__") and self._wanted(field):
+            plan = self._find(sample, field, field.lower())
+            if plan is None and _extension(field).lower() == "gz":
+                plan = _SLOW
+        if len(self._plans) >= 1024:  # suffixes are few; a stream of unique ones stays bounded
+            self._plans.clear()
+        self._plans[field] = plan
+        return plan
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: value for name, value in self.__dict__.items() if name != "_plans"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._plans = {}
 
     def _wanted(self, field: str) -> bool:
         only = self.only
@@ -392,6 +428,38 @@ def to_tuple(sample: Mapping[str, Any], *fields: str, missing_ok: bool = False) 
     return tuple(_pick(sample, field, missing_ok) for field in fields)
 
 
+class FieldPicker:
+    """:func:`to_tuple` with its field names parsed once: ``FieldPicker(fields)(sample)`` is
+    ``to_tuple(sample, *fields)``, at a fraction of the cost per sample; picklable.
+
+    Example:
+        >>> FieldPicker(("jpg;png", "cls"))({"png": b"...", "cls": 3})
+        (b'...', 3)
+    """
+
+    def __init__(self, fields: Any, *, missing_ok: bool = False) -> None:
+        self.fields = field_names(fields, what="tuple_fields")
+        self.missing_ok = missing_ok
+        # Without alternatives or missing_ok, one itemgetter picks them all (a KeyError falls
+        # back to _pick, which names the missing field).
+        plain = not missing_ok and not any(";" in field for field in self.fields)
+        self._get = operator.itemgetter(*self.fields) if plain else None
+        self._one = len(self.fields) == 1
+
+    def __call__(self, sample: Mapping[str, Any]) -> tuple[Any, ...]:
+        if self._get is not None:
+            try:
+                value = self._get(sample)
+            except KeyError:
+                pass
+            else:
+                return (value,) if self._one else value
+        return tuple(_pick(sample, field, self.missing_ok) for field in self.fields)
+
+    def __repr__(self) -> str:
+        return f"FieldPicker({self.fields!r})"
+
+
 def _pick(sample: Mapping[str, Any], field: str, missing_ok: bool) -> Any:
     for alternative in field.split(";"):
         if alternative in sample:
@@ -417,6 +485,7 @@ __all__ = [
     "Decoder",
     "FieldDecodeError",
     "FieldDecoder",
+    "FieldPicker",
     "MissingFieldError",
     "SampleError",
     "decode_image",

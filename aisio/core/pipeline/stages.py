@@ -16,7 +16,7 @@ from typing import Any
 
 from aisio.core.faults.policy import SKIPPED, ErrorPolicy, OnError
 from aisio.core.faults.report import ErrorReport
-from aisio.core.format.decode import Decoder, SampleError, field_names, to_tuple
+from aisio.core.format.decode import Decoder, FieldPicker, SampleError
 from aisio.core.system import timing
 from aisio.core.system.timing import StageTimes
 
@@ -52,7 +52,8 @@ class SampleStage:
                  ) -> None:
         self.decoder = decoder
         self.map = map
-        self.fields = None if fields is None else field_names(fields, what="tuple_fields")
+        self.picker = None if fields is None else FieldPicker(fields)
+        self.fields = None if self.picker is None else self.picker.fields
         self.policy = ErrorPolicy(on_error, report if report is not None else ErrorReport())
         self.on_error = on_error
         self.report = self.policy.report
@@ -68,8 +69,8 @@ class SampleStage:
             out: Any = sample
             if self.decoder is not None:
                 out = self.decoder(out)
-            if self.fields is not None:
-                out = to_tuple(out, *self.fields)
+            if self.picker is not None:
+                out = self.picker(out)
             return out if self.map is None else self.map(out)
         except SampleError as exc:
             self.policy.handle(exc, sample.get("__url__"), sample=sample.get("__key__"))
