@@ -75,6 +75,22 @@ def _died(index: int, process: Any) -> WorkerDiedError:
         worker=index, pid=process.pid, exitcode=code)
 
 
+_GONE = (ConnectionError, EOFError, FileNotFoundError)
+"""What unpickling a worker's answer raises when the worker died while passing a file
+descriptor (a shared-memory handle) with it."""
+
+
+def _raise_if_dead(index: int, processes: list[Any], cause: BaseException) -> None:
+    """Raises :func:`_died` for worker ``index`` if it has exited (waiting a moment for the
+    exit to be seen)."""
+    process = processes[index] if index < len(processes) else None
+    if process is None:
+        return
+    process.join(timeout=1.0)
+    if process.exitcode is not None:
+        raise _died(index, process) from cause
+
+
 def _reraise(wrapper: Any, index: int) -> None:
     """Raises the worker's original exception if it travelled pickled, else torchdata's copy."""
     blob = getattr(wrapper, "aisio_original", None)
@@ -129,6 +145,9 @@ def _round_robin(self: Any) -> Iterator[Any]:
                     break
                 except communication.protocol.EmptyQueue:
                     time.sleep(_POLL_SECONDS)
+                except _GONE as exc:  # unpickling reached for a handle the dead worker held
+                    _raise_if_dead(idx, processes, exc)
+                    raise
                 now = time.monotonic()
                 if now - checked > _LIVENESS_SECONDS:
                     checked = now
@@ -139,6 +158,8 @@ def _round_robin(self: Any) -> Iterator[Any]:
                             break
                         except communication.protocol.EmptyQueue:
                             raise _died(idx, process) from None
+                        except _GONE as exc:
+                            raise _died(idx, process) from exc
         if isinstance(response, messages.InvalidStateResponse):
             raise communication.iter.InvalidStateResetRequired
         if isinstance(response, messages.TerminateResponse):

@@ -91,10 +91,15 @@ def _to_another_process(pack: RoundChunks) -> tuple[Any, ...]:
     # one flat list of like samples: the transport sizes it from its first sample
     shipped = ring.export([value for chunk in pack for value in chunk.values])
     if shipped is None:
-        return (RoundChunks, (list(pack),))
+        return (RoundChunks, ([_by_value(chunk) for chunk in pack],))
     bare = [Chunk(chunk.stream, chunk.round, [], chunk.trace, chunk.done, chunk.versions)
             for chunk in pack]
     return (_arrived, (bare, [len(chunk.values) for chunk in pack], shipped))
+
+
+def _by_value(chunk: Chunk) -> Chunk:
+    return Chunk(chunk.stream, chunk.round, ring.by_value(chunk.values), chunk.trace,
+                 chunk.done, chunk.versions)
 
 
 def _arrived(chunks: list[Chunk], counts: list[int], shipped: ring.Shipped) -> RoundChunks:

@@ -92,6 +92,8 @@ def _to_another_process(delivery: Delivery) -> tuple[Any, ...]:
         shipped = ring.export(delivery.value)
         if shipped is not None:
             return (Delivery, (shipped, delivery.compact(), False, delivery.versions))
+        return (Delivery, (ring.by_value(delivery.value), delivery.compact(), False,
+                           delivery.versions))
     return delivery.__reduce__()
 
 

@@ -14,10 +14,12 @@ its key alone after that. The training process copies the leaves out with
 the slot that the worker reads before it reuses it.
 
 Nothing ever waits for a slot: when none is free, or the payload is larger than a slot may be,
-the value is pickled as before. Within one process (``num_workers=0``) nothing is pickled and
-nothing changes. The slots are torch shared-memory tensors (the ``file_descriptor`` sharing
-strategy unlinks each segment at once): a segment is freed when the last process holding it
-exits, however it exits, so none is left in ``/dev/shm``.
+or too small to be worth one, the value is pickled, its small tensors by value
+(:func:`by_value`: torch would pass each in a segment of its own). Within one process
+(``num_workers=0``) nothing is pickled and nothing changes. The slots are torch shared-memory
+tensors (the ``file_descriptor`` sharing strategy unlinks each segment at once): a segment is
+freed when the last process holding it exits, however it exits, so none is left in
+``/dev/shm``.
 """
 
 from __future__ import annotations
@@ -252,6 +254,53 @@ def export(value: Any, into: Ring | None = None) -> Shipped | None:
     return Shipped(skeleton, tensor, key, handle=not view[1])
 
 
+def by_value(value: Any) -> Any:
+    """Returns ``value`` with each small CPU tensor (under :data:`MIN_TOTAL` bytes; inside
+    dicts, lists and tuples) in a wrapper that pickles its bytes: what to send when
+    :func:`export` declines. Left as they are, torch passes every tensor in a shared-memory
+    segment of its own, received through a socket connection per tensor (a batch of 64 labels
+    cost the training process more than the batch's 128 KiB of samples)."""
+    if not ENABLED:
+        return value
+    kind = type(value)
+    if kind is tuple:
+        return tuple(map(by_value, value))
+    if kind is list:
+        if value and type(value[0]) is bytes:  # payloads of like samples: no tensor here
+            return value
+        return list(map(by_value, value))
+    if kind is dict:
+        return {k: by_value(v) for k, v in value.items()}
+    torch = sys.modules.get("torch")
+    if (torch is not None and kind is torch.Tensor and value.nbytes < MIN_TOTAL
+            and value.device.type == "cpu" and value.layout == torch.strided
+            and not (value.requires_grad or value.is_quantized or value.is_conj()
+                     or value.is_neg())):
+        return _ByValue(value)
+    return value
+
+
+class _ByValue:
+    """A small tensor that pickles as its bytes, dtype and shape (see :func:`by_value`)."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        tensor = self.tensor.contiguous()
+        return (_tensor, (bytes(_bytes_of(tensor)), tensor.dtype, tuple(tensor.shape)))
+
+
+def _tensor(data: bytes, dtype: Any, shape: tuple[int, ...]) -> Any:
+    import torch
+
+    out = torch.empty(shape, dtype=dtype)
+    _bytes_of(out)[:] = data
+    return out
+
+
 def _estimate(value: Any) -> int:
     """Returns about how many payload bytes ``value`` holds, from the first item of a long
     list or tuple (a batch of like samples): enough to pass small batches by cheaply."""
@@ -333,4 +382,4 @@ def _fill(skeleton: Any, view: memoryview, pin: bool) -> Any:
     return skeleton
 
 
-__all__ = ["MIN_LEAF", "MIN_TOTAL", "Ring", "Shipped", "export", "forget", "ring"]
+__all__ = ["MIN_LEAF", "MIN_TOTAL", "Ring", "Shipped", "by_value", "export", "forget", "ring"]

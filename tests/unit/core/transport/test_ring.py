@@ -99,6 +99,25 @@ def test_small_values_and_a_disabled_transport_are_pickled(monkeypatch: pytest.M
     assert ring.allocated() == 0
 
 
+def test_a_small_batchs_tensors_travel_in_the_pickle_not_in_a_segment_each() -> None:
+    """A batch too small for a slot (64 x 2 KiB samples and their labels) is pickled; its
+    small tensors go by value: no shared-memory segment and socket connection per tensor."""
+    from multiprocessing.reduction import ForkingPickler
+
+    labels = torch.arange(64)
+    weights = torch.rand(4, 3).t()  # not contiguous
+    scalar = torch.tensor(7, dtype=torch.uint8)
+    value = ([b"x" * 2048] * 64, labels, {"w": weights, "s": [scalar]})
+    data = bytes(ForkingPickler.dumps(Delivery(value, [(0, k, k + 1, False) for k in range(64)])))
+    assert b"rebuild_storage" not in data and b"share_memory" not in data
+    back = pickle.loads(data)
+    assert equal(value, back.value)
+    assert back.value[2]["w"].is_contiguous() and back.value[2]["s"][0].dtype == torch.uint8
+    # a tensor too big for the pickle still goes torch's way when no slot takes it
+    big = torch.zeros(ring_module.MIN_TOTAL // 8, dtype=torch.float64)
+    assert ring_module.by_value([big])[0] is big
+
+
 def test_a_delivery_dropped_unopened_frees_its_slot() -> None:
     ring = Ring(slots=1)
     shipped = export([b"x" * BIG] * 4, ring)
@@ -148,3 +167,19 @@ def test_a_slot_handle_travels_once() -> None:
             assert rebuild(*args).open() == value  # as unpickling in the receiver does
     finally:
         ring_module._held.clear()
+
+
+def test_the_deterministic_orders_small_samples_travel_in_the_pickle() -> None:
+    """The same for a reader's chunks: per-sample tensors too small for a slot (32 x 32 x 3
+    images) are pickled by value, not passed in a segment each."""
+    from multiprocessing.reduction import ForkingPickler
+
+    from aisio.core.order.reader import Chunk, RoundChunks
+
+    values = [(torch.full((3, 32, 32), k, dtype=torch.uint8), k) for k in range(4)]
+    pack = RoundChunks([Chunk(0, 0, values[:2], [], False), Chunk(1, 0, values[2:], [], True)])
+    data = bytes(ForkingPickler.dumps(pack))
+    assert b"rebuild_storage" not in data
+    back = pickle.loads(data)
+    assert equal([c.values for c in pack], [c.values for c in back])
+    assert [c.done for c in back] == [False, True]
