@@ -332,7 +332,8 @@ def test_drop_last_drops_each_readers_short_batch_and_still_resumes_exactly(
         assert all(len(names) == OPTIONS["batch_size"] for names in batches)
         got = [key for names in batches for key in names]
         assert len(set(got)) == len(got) and set(got) <= set(keys)
-        assert len(keys) - len(got) < 2 * OPTIONS["batch_size"]  # one short batch per reader
+        # README: up to batch_size - 1 dropped per worker (2 here) and rank per epoch
+        assert len(keys) - len(got) <= 2 * (OPTIONS["batch_size"] - 1)
         before: list[str] = []
         for step, (names, _) in enumerate(loader):
             before += names
@@ -350,4 +351,7 @@ def test_drop_last_drops_each_readers_short_batch_and_still_resumes_exactly(
         resumed.shutdown()
     both = before + after
     assert len(set(both)) == len(both)  # nothing twice, dropped positions recorded
-    assert len(keys) - len(both) < 3 * OPTIONS["batch_size"]
+    # 4 batches in, no reader of the first run had ended (each has 19 samples or more):
+    # only the resumed run's one reader drops, and nothing else is lost
+    assert len(before) == 4 * OPTIONS["batch_size"]
+    assert len(keys) - len(both) <= OPTIONS["batch_size"] - 1
