@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,3 +141,16 @@ def write_shards(
             client.put_object(AISPath(bucket, path.name), fh)
         path.unlink()
     return bucket.uri(f"{prefix}-{{0000..{shards - 1:04d}}}.tar"), keys
+
+
+_thread_local = threading.local()
+_thread_tokens = itertools.count(1)
+
+
+def thread_token() -> tuple[int, int]:
+    """Returns ``(pid, n)``: the calling thread's own number ``n`` in its process, never given to
+    another thread (a thread's name or ident may be reused by one started later; a forked child
+    keeps its parent's number for the thread that forked, hence the pid)."""
+    if getattr(_thread_local, "pid", None) != os.getpid():
+        _thread_local.pid, _thread_local.token = os.getpid(), next(_thread_tokens)
+    return _thread_local.pid, _thread_local.token

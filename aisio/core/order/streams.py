@@ -70,9 +70,9 @@ class DelayBuffer(Generic[T]):
     order) with their numbers, through :meth:`hold`.
 
     Example:
-        >>> buf = DelayBuffer(size=2, key=7)
-        >>> [buf.push(n, f"x{n}") for n in range(4)]
-        [None, None, 'x0', 'x1']
+        >>> buf = DelayBuffer(size=3, key=1)
+        >>> [buf.push(n, n) for n in range(8)], [buf.pop() for _ in range(len(buf))]
+        ([None, None, None, 0, 2, 1, 3, 5], [4, 6, 7])
     """
 
     __slots__ = ("_block", "_blocks", "_delays", "_heap", "key", "size")

@@ -17,7 +17,7 @@ import pytest
 import aisio
 from aisio.core.store.client import Client
 from aisio.core.store.urls import Bucket
-from tests.conftest import LOADERS, needs_dataloader2, write_shards
+from tests.conftest import LOADERS, needs_dataloader2, thread_token, write_shards
 
 OPTIONS = {"shuffle_buffer": 16, "tuple_fields": ("__key__", "cls"), "batch_size": 4}
 
@@ -180,27 +180,40 @@ def _pid(data: bytes) -> int:
     return os.getpid()
 
 
+def _thread(data: bytes) -> tuple[int, int]:
+    """A field decoder that says which thread of which process decoded the sample."""
+    return thread_token()
+
+
 PID_OPTIONS = {"tuple_fields": ("__key__", "bin"), "batch_size": 4, "collate": False,
                "decode": aisio.Decoder(None, custom={"bin": _pid})}
 
 
 def test_worker_processes_start_once_and_serve_every_epoch(
         make: Any, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+    """The same 2 workers decode every epoch: processes, or on nodes threads of this process,
+    told apart by a number each thread draws once (names and idents are reused)."""
     template, keys = shards
-    loader = make(template, url=ais_endpoint, num_workers=2, seed=2, **PID_OPTIONS)
+    loader = make(template, url=ais_endpoint, num_workers=2, seed=2,
+                  **{**PID_OPTIONS, "decode": aisio.Decoder(None, custom={"bin": _thread})})
     epochs, underlying = [], []
     try:
         for _ in range(3):
-            got = [(key, pid) for batch in loader for key, pid in batch]
+            got = [(key, tuple(thread)) for batch in loader for key, thread in batch]
             assert Counter(key for key, _ in got) == Counter(keys)
-            epochs.append({pid for _, pid in got})
+            epochs.append({thread for _, thread in got})
             underlying.append(loader.current)  # one loader (one nodes graph) for all epochs
     finally:
         loader.shutdown()
-    assert epochs[0] == epochs[1] == epochs[2]
     assert underlying[0] is underlying[1] is underlying[2]
-    if make is not LOADERS.get("nodes"):  # nodes decodes in threads of this process
-        assert len(epochs[0]) == 2 and os.getpid() not in epochs[0]
+    served = epochs[0] | epochs[1] | epochs[2]
+    if make is LOADERS.get("nodes"):  # nodes decodes in its mapper's threads, in this process
+        assert {pid for pid, _ in served} == {os.getpid()} and thread_token() not in served
+        assert 1 <= len(served) <= 2  # (which thread maps which batch: the pool's choice)
+    else:  # processes (DataLoader2's may run an epoch in a thread of its own)
+        pids = [{pid for pid, _ in threads} for threads in epochs]
+        assert pids[0] == pids[1] == pids[2]
+        assert len(pids[0]) == 2 and os.getpid() not in pids[0]
 
 
 @pytest.mark.skipif("nodes" not in LOADERS, reason="torchdata.nodes needs torchdata >= 0.10")
@@ -319,7 +332,8 @@ def test_drop_last_drops_each_readers_short_batch_and_still_resumes_exactly(
         assert all(len(names) == OPTIONS["batch_size"] for names in batches)
         got = [key for names in batches for key in names]
         assert len(set(got)) == len(got) and set(got) <= set(keys)
-        assert len(keys) - len(got) < 2 * OPTIONS["batch_size"]  # one short batch per reader
+        # README: up to batch_size - 1 dropped per worker (2 here) and rank per epoch
+        assert len(keys) - len(got) <= 2 * (OPTIONS["batch_size"] - 1)
         before: list[str] = []
         for step, (names, _) in enumerate(loader):
             before += names
@@ -337,4 +351,7 @@ def test_drop_last_drops_each_readers_short_batch_and_still_resumes_exactly(
         resumed.shutdown()
     both = before + after
     assert len(set(both)) == len(both)  # nothing twice, dropped positions recorded
-    assert len(keys) - len(both) < 3 * OPTIONS["batch_size"]
+    # 4 batches in, no reader of the first run had ended (each has 19 samples or more):
+    # only the resumed run's one reader drops, and nothing else is lost
+    assert len(before) == 4 * OPTIONS["batch_size"]
+    assert len(keys) - len(both) <= OPTIONS["batch_size"] - 1

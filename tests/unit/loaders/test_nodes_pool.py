@@ -11,6 +11,7 @@ import pytest
 nodes = pytest.importorskip("torchdata.nodes", reason="torchdata.nodes needs torchdata >= 0.10")
 
 from aisio.loaders.nodes_pool import PoolMapper  # noqa: E402
+from tests.conftest import thread_token  # noqa: E402
 
 
 class Counting(nodes.BaseNode):  # type: ignore[misc]
@@ -35,9 +36,10 @@ class Counting(nodes.BaseNode):  # type: ignore[misc]
         return {"at": self.at}
 
 
-def _slow_square(x: int) -> tuple[int, str]:
+def _slow_square(x: int) -> tuple[int, tuple[int, int]]:
     time.sleep(0.02 if x % 3 == 0 else 0.001)  # every third one finishes late
-    return x * x, threading.current_thread().name
+    assert threading.current_thread().name.startswith("aisio-map")
+    return x * x, thread_token()
 
 
 def test_in_order_results_from_the_same_threads_every_epoch() -> None:
@@ -48,11 +50,11 @@ def test_in_order_results_from_the_same_threads_every_epoch() -> None:
             mapper.reset()
             got = _drain(mapper)
             assert [value for value, _ in got] == [x * x for x in range(12)]
-            threads.append({name for _, name in got})
+            threads.append({token for _, token in got})
     finally:
         mapper.shutdown()
-    assert threads[0] == threads[1] == threads[2]
-    assert all(name.startswith("aisio-map") for name in threads[0])
+    served = threads[0] | threads[1] | threads[2]  # (which thread maps what: the pool's choice)
+    assert 1 <= len(served) <= 3 and thread_token() not in served  # the pool's 3, every epoch
 
 
 def test_out_of_order_hands_out_what_finished_first_and_loses_nothing() -> None:

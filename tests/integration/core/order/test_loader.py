@@ -20,6 +20,7 @@ import aisio
 import aisio.runtime.setup
 from aisio.core.store.client import Client
 from aisio.core.store.urls import Bucket
+from tests import order_model
 from tests.conftest import LOADERS, write_shards
 
 OPTS: dict[str, Any] = dict(order="deterministic", streams=4, batch_size=8, shuffle_buffer=6,
@@ -40,6 +41,16 @@ def _keys(batches: Any, stop: int | None = None) -> list[list[str]]:
         if stop is not None and len(out) == stop:
             break
     return out
+
+
+def _model(keys: list[str], epoch: int, buffer: int = OPTS["shuffle_buffer"]) -> list[list[str]]:
+    """The batches of one rank, from the order's definition (tests/order_model.py)."""
+    shards: dict[str, list[str]] = {}
+    for key in keys:  # write_shards' keys: shard by shard, each in tar order
+        shards.setdefault(key.split("/")[0], []).append(key)
+    seq = order_model.sequence(list(shards.values()), seed=OPTS["seed"], epoch=epoch,
+                               streams=OPTS["streams"], batch=OPTS["batch_size"], buffer=buffer)
+    return [[key for t, key in seq if t == r] for r in range(seq[-1][0] + 1)]
 
 
 def _loader(kind: str, template: str, endpoint: str, workers: int, **extra: Any) -> Any:
@@ -63,8 +74,8 @@ def test_same_batches_on_any_workers_and_after_a_resume(
         kind: str, shards: tuple[str, list[str]], ais_endpoint: str) -> None:
     template, keys = shards
     whole = _run(kind, template, ais_endpoint, 0)
-    assert sorted(k for b in whole for k in b) == sorted(keys)
-    assert all(len(b) == 8 for b in whole[:5])
+    assert whole == _model(keys, epoch=0)  # shards dealt and shuffled in each stream as defined
+    assert _model(keys, epoch=0) != _model(keys, epoch=0, buffer=0)  # (the buffer reorders)
     for workers in (1, 2):
         assert _run(kind, template, ais_endpoint, workers) == whole, workers
     for before, after, kill in [(2, 1, 3), (0, 2, 5)]:
@@ -84,6 +95,7 @@ def test_same_batches_on_any_workers_and_after_a_resume(
         second.shutdown()
         assert sorted(k for b in next_epoch for k in b) == sorted(keys)
         assert next_epoch != whole
+    assert next_epoch == _model(keys, epoch=1)
     fresh = _loader(kind, template, ais_endpoint, 1)
     fresh.set_epoch(1)
     assert _keys(fresh) == next_epoch

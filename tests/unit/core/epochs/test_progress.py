@@ -439,11 +439,16 @@ def test_deliveries_keep_positions_aligned_with_values(pos: list[Position], batc
 
 
 @SETTINGS
-@given(positions)
-def test_batch_delivery_keeps_positions_aligned_with_values(pos: list[Position]) -> None:
-    delivery = batch_delivery([(p, p, None) for p in pos])
-    assert list(delivery.positions) == pos
-    assert delivery.empty == (not pos) or delivery.value == pos
+@given(positions, st.lists(st.booleans(), max_size=40))
+def test_batch_delivery_keeps_positions_aligned_with_values(pos: list[Position],
+                                                            skipped: list[bool]) -> None:
+    flags = [i < len(skipped) and skipped[i] for i in range(len(pos))]
+    delivery = batch_delivery([(SKIPPED if f else p, p, None)
+                               for p, f in zip(pos, flags, strict=True)])
+    kept = [p for p, f in zip(pos, flags, strict=True) if not f]
+    assert list(delivery.positions) == pos  # skipped ones included
+    assert delivery.empty == (not kept)
+    assert delivery.value == (kept or None)  # every kept value, in order
 
 
 @SETTINGS
