@@ -175,6 +175,21 @@ def test_no_loader_warns_on_a_plain_run(make: Any, ais_endpoint: str,
     assert [str(w.message) for w in caught] == []
 
 
+def _children() -> set[int]:
+    """Returns the pids of this process's live child processes (Linux's /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[1]) == os.getpid():
+                found.add(int(entry))
+    return found
+
+
 def _pid(data: bytes) -> int:
     """A field decoder that says which process decoded the sample."""
     return os.getpid()
@@ -212,17 +227,20 @@ def test_nodes_mapper_processes_start_once_and_serve_every_epoch(
     template, keys = shards
     loader = LOADERS["nodes"](template, url=ais_endpoint, num_workers=2, seed=2,
                               method="process", **PID_OPTIONS)
-    epochs = []
+    before = _children()
+    epochs, pools = [], []
     try:
         for _ in range(3):
             got = [(key, pid) for batch in loader for key, pid in batch]
             assert Counter(key for key, _ in got) == Counter(keys)
             epochs.append({pid for _, pid in got})
+            pools.append(_children() - before)  # the processes the loader started
     finally:
         loader.shutdown()
     served = epochs[0] | epochs[1] | epochs[2]
-    assert 1 <= len(served) <= 2 and os.getpid() not in served
-    for pid in served:
+    assert len(pools[0]) == 2 and pools[0] == pools[1] == pools[2], pools
+    assert served <= pools[0]
+    for pid in pools[0]:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
 
