@@ -32,7 +32,6 @@ import functools
 import os
 import pickle
 import queue
-import signal
 import sys
 import threading
 import time
@@ -46,8 +45,8 @@ with warnings.catch_warnings():
     from torchdata.dataloader2.communication.iter import _IterateQueueDataPipes
     from torchdata.dataloader2.communication.protocol import IterDataPipeQueueProtocolServer
 
-from aisio.core.faults.errors import WorkerDiedError, WorkerTraceback
-from aisio.runtime.workers import die_with_parent, set_worker_id
+from aisio.core.faults.errors import WorkerTraceback
+from aisio.runtime.workers import die_with_parent, set_worker_id, worker_died
 
 _POLL_SECONDS = 0.0001
 _LIVENESS_SECONDS = 0.05  # how often a wait on a worker checks that it is still alive
@@ -58,37 +57,20 @@ SHUTDOWN_GRACE = 1.0
 _RemoteTraceback = WorkerTraceback  # the traceback of an exception raised in a worker
 
 
-def _died(index: int, process: Any) -> WorkerDiedError:
-    code = process.exitcode
-    if code is not None and code < 0:
-        try:
-            how = f"was killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            how = f"was killed by signal {-code}"
-    else:
-        how = f"exited with code {code}"
-    hint = (" (the out-of-memory killer sends SIGKILL: check `dmesg`, lower num_workers, "
-            "prefetch or batch size)" if code == -signal.SIGKILL else "")
-    return WorkerDiedError(
-        f"DataLoader2 worker process {index} (pid {process.pid}) {how} before the epoch "
-        f"ended{hint}; its samples are lost, so this epoch cannot complete: restart the loader",
-        worker=index, pid=process.pid, exitcode=code)
-
-
 _GONE = (ConnectionError, EOFError, FileNotFoundError)
 """What unpickling a worker's answer raises when the worker died while passing a file
 descriptor (a shared-memory handle) with it."""
 
 
 def _raise_if_dead(index: int, processes: list[Any], cause: BaseException) -> None:
-    """Raises :func:`_died` for worker ``index`` if it has exited (waiting a moment for the
-    exit to be seen)."""
+    """Raises :func:`~aisio.runtime.workers.worker_died` for worker ``index`` if it has exited
+    (waiting a moment for the exit to be seen)."""
     process = processes[index] if index < len(processes) else None
     if process is None:
         return
     process.join(timeout=1.0)
     if process.exitcode is not None:
-        raise _died(index, process) from cause
+        raise worker_died("DataLoader2", index, process) from cause
 
 
 def _reraise(wrapper: Any, index: int) -> None:
@@ -157,9 +139,9 @@ def _round_robin(self: Any) -> Iterator[Any]:
                             response = protocol.get_response_next(block=True, timeout=0.1)
                             break
                         except communication.protocol.EmptyQueue:
-                            raise _died(idx, process) from None
+                            raise worker_died("DataLoader2", idx, process) from None
                         except _GONE as exc:
-                            raise _died(idx, process) from exc
+                            raise worker_died("DataLoader2", idx, process) from exc
         if isinstance(response, messages.InvalidStateResponse):
             raise communication.iter.InvalidStateResetRequired
         if isinstance(response, messages.TerminateResponse):

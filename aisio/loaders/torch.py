@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
+import signal
+import threading
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
-from aisio.core.faults.errors import ConfigError, LoaderUnavailableError
+from aisio.core.faults.errors import ConfigError, LoaderUnavailableError, WorkerDiedError
 from aisio.core.order.loader import OrderedLoader
 from aisio.core.pipeline.loop import ResumableLoader
 from aisio.core.pipeline.spec import check_options, documents_options
@@ -28,7 +32,7 @@ from aisio.core.transport.delivery import Delivery
 from aisio.datapipes.pipeline import epoch_pipe
 from aisio.runtime.ordered import OrderedStreams, batch_collate, can_pin
 from aisio.runtime.setup import loader_setup
-from aisio.runtime.workers import widen_pipe, worker_init_fn
+from aisio.runtime.workers import widen_pipe, worker_died, worker_init_fn
 
 #: DataLoader's options these loaders pass through (``drop_last`` is the pipeline's: batches
 #: are made in the workers).
@@ -84,9 +88,69 @@ def _widen_results(loader: Any) -> None:
     def get_iterator() -> Any:
         iterator = make()
         widen_pipe(getattr(iterator, "_worker_result_queue", None))
+        _name_dead_workers(iterator, type(loader).__name__)
         return iterator
 
     loader._get_iterator = get_iterator
+
+
+_ITERATORS: weakref.WeakSet[Any] = weakref.WeakSet()  # worker iterators, for the handler
+
+
+def _worker_error(exc: BaseException) -> BaseException:
+    """Returns :class:`~aisio.WorkerDiedError` for torch's ``RuntimeError`` about a worker
+    that died unasked ("DataLoader worker (pid N) is killed by signal: Killed.", "... exited
+    unexpectedly"), naming the worker of a live iterator of this process; else ``exc``."""
+    if (not isinstance(exc, RuntimeError) or isinstance(exc, WorkerDiedError)
+            or "DataLoader worker (pid" not in str(exc)):
+        return exc
+    named = {int(n) for n in re.findall(r"\d+", str(exc))}
+    for iterator in list(_ITERATORS):
+        for index, worker in enumerate(getattr(iterator, "_workers", ())):
+            if worker.pid in named and worker.exitcode is not None:
+                return worker_died(iterator.aisio_loader, index, worker)
+    return exc
+
+
+def _typed_sigchld(handler: Any) -> Any:
+    def typed(signum: int, frame: Any) -> None:
+        try:
+            handler(signum, frame)
+        except RuntimeError as exc:
+            error = _worker_error(exc)
+            if error is exc:
+                raise
+            raise error from exc
+
+    typed.aisio = True  # type: ignore[attr-defined]
+    return typed
+
+
+def _name_dead_workers(iterator: Any, name: str) -> None:
+    """Makes a worker that died unasked raise :class:`~aisio.WorkerDiedError` (its index, pid
+    and signal) where torch raises a bare ``RuntimeError``: from torch's SIGCHLD handler
+    (the training process's main thread, wherever it is) and from its periodic check of the
+    workers as the loop waits for a batch (the iterator's ``_next_data``)."""
+    next_data = getattr(iterator, "_next_data", None)
+    if next_data is None or not hasattr(iterator, "_workers"):
+        return
+    iterator.aisio_loader = name
+    _ITERATORS.add(iterator)
+    if threading.current_thread() is threading.main_thread():  # where torch sets its handler
+        handler = signal.getsignal(signal.SIGCHLD)
+        if callable(handler) and not getattr(handler, "aisio", False):
+            signal.signal(signal.SIGCHLD, _typed_sigchld(handler))
+
+    def named() -> Any:
+        try:
+            return next_data()
+        except RuntimeError as exc:
+            error = _worker_error(exc)
+            if error is exc:
+                raise
+            raise error from exc
+
+    iterator._next_data = named
 
 
 def _stop_workers(loader: Any) -> None:

@@ -35,6 +35,7 @@ try:
 except ImportError:  # not on Windows
     fcntl = None  # type: ignore[assignment]
 
+from aisio.core.faults.errors import WorkerDiedError
 from aisio.core.system.processes import pid_alive
 
 _PR_SET_PDEATHSIG = 1
@@ -70,6 +71,25 @@ def die_with_parent(parent: int, kernel: bool) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="aisio-parent-watch", daemon=True).start()
+
+
+def worker_died(loader: str, index: int, process: Any) -> WorkerDiedError:
+    """Returns the error for worker ``index`` of ``loader`` ("DataLoader2", "DataLoader", ...),
+    a ``multiprocessing`` process that ended without being asked to: its pid and signal."""
+    code = process.exitcode
+    if code is not None and code < 0:
+        try:
+            how = f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+    else:
+        how = f"exited with code {code}"
+    hint = (" (the out-of-memory killer sends SIGKILL: check `dmesg`, lower num_workers, "
+            "prefetch or batch size)" if code == -signal.SIGKILL else "")
+    return WorkerDiedError(
+        f"{loader} worker process {index} (pid {process.pid}) {how} before the epoch "
+        f"ended{hint}; its samples are lost, so this epoch cannot complete: restart the loader",
+        worker=index, pid=process.pid, exitcode=code)
 
 
 def set_worker_id(worker: int) -> None:

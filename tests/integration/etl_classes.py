@@ -4,6 +4,7 @@ it by path)."""
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 
 from aistore.sdk.etl.webserver.http_multi_threaded_server import HTTPMultiThreadedServer
@@ -11,9 +12,14 @@ from aistore.sdk.etl.webserver.http_multi_threaded_server import HTTPMultiThread
 
 class UpperText(HTTPMultiThreadedServer):
     """Upper-cases the ``.txt`` members of a tar shard (``etl_args`` is appended to each); other
-    members are kept as they are. A shard named ``bad-*`` makes the transform raise."""
+    members are kept as they are. A shard named ``bad-*`` makes the transform raise. Each call
+    appends its path to the file ``AISIO_TEST_ETL_CALLS`` names, when set (tests count them)."""
 
     def transform(self, data: bytes, path: str, etl_args: str) -> bytes:
+        calls = os.environ.get("AISIO_TEST_ETL_CALLS")
+        if calls:
+            with open(calls, "a") as log:
+                log.write(path + "\n")
         if path.rsplit("/", 1)[-1].startswith("bad-"):
             raise ValueError(f"refusing {path}: this shard is marked bad")
         out = io.BytesIO()

@@ -209,7 +209,7 @@ class PlaygroundError(AISIOError):
 
 
 class WorkerDiedError(AISIOError, RuntimeError):
-    """A DataLoader2 worker process ended without being asked to (e.g. killed by the OOM killer).
+    """A loader's worker process ended without being asked to (e.g. killed by the OOM killer).
 
     Attributes:
         worker: the worker's index.

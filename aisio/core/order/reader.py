@@ -33,7 +33,7 @@ from aisio.core.faults.policy import ErrorPolicy
 from aisio.core.format.samples import group_samples_with_end
 from aisio.core.format.tar import iter_tar
 from aisio.core.order.streams import DelayBuffer, Input, OrderPlan, entry_versions
-from aisio.core.pipeline.parse import task_samples
+from aisio.core.pipeline.parse import drain, task_samples
 from aisio.core.store.client import content_id
 from aisio.core.store.sources import ObjectRef
 from aisio.core.transport import ring
@@ -284,6 +284,7 @@ class StreamReader:
                     yielded += 1
                 if wanted:
                     raise _changed(task.uri(), min(wanted), start)
+                drain(stream)  # the end-of-archive padding: a ShardCache keeps whole shards
             except ObjectChangedError:
                 raise
             except AISIOError as exc:

@@ -58,27 +58,53 @@ def shards(ais_client: Client, bucket: Bucket, tmp_path: Path) -> tuple[str, lis
     return write_shards(ais_client, bucket, tmp_path, shards=8, per_shard=100, payload=2000)
 
 
-@needs_dataloader2
-def test_a_killed_worker_raises_naming_worker_and_signal(ais_endpoint: str,
+def _returns(call: Any, guard: float = 60) -> None:
+    """Runs ``call`` in a thread; fails the test if it has not returned after ``guard`` seconds
+    (a hang guard: the defects it catches wait forever, or for a 60 s stalled read)."""
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(guard)
+    assert not thread.is_alive(), f"{call} was still waiting after {guard} s"
+
+
+@pytest.mark.parametrize(("kind", "thread"), [
+    ("dataloader", False), ("stateful", True),
+    *((("dataloader2", True),) if "dataloader2" in LOADERS else ())])
+def test_a_killed_worker_raises_naming_worker_and_signal(kind: str, thread: bool,
+                                                         ais_endpoint: str,
                                                          shards: tuple[str, list[str]]) -> None:
+    """In the main thread, torch's SIGCHLD handler raises its RuntimeError wherever the main
+    thread is (here: in the training step); in another thread, torch's periodic check of its
+    workers raises it as the loop waits for a batch, and DataLoader2's own liveness checks do."""
     template, _ = shards
-    loader = aisio.webdataset_loader(template, url=ais_endpoint, num_workers=2, seed=0)
+    loader = LOADERS[kind](template, url=ais_endpoint, num_workers=2, seed=0)
     killed: list[int] = []
 
     def on_item(i: int) -> None:
         if i == 20 and not killed:
-            process = loader.current.reading_service._worker_processes[1][0]
+            if kind == "dataloader2":
+                process = loader.current.reading_service._worker_processes[1][0]
+            else:
+                process = loader.current._iterator._workers[1]
             os.kill(process.pid, signal.SIGKILL)  # as the OOM killer does
             killed.append(process.pid)
+            if not thread:  # the training step goes on until the worker is gone: SIGCHLD
+                os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)  # comes in the step
         time.sleep(0.002)
 
+    error: BaseException | None = None
     try:
-        error = _iterate_in_thread(loader, on_item, timeout=30)
+        if thread:
+            error = _iterate_in_thread(loader, on_item, timeout=30)
+        else:
+            try:
+                for i, _ in enumerate(loader):  # an epoch: bounded
+                    on_item(i)
+            except Exception as exc:
+                error = exc
     finally:
-        started = time.monotonic()
-        loader.shutdown()
-        assert time.monotonic() - started < 5
-    assert isinstance(error, aisio.core.faults.errors.WorkerDiedError), repr(error)
+        _returns(loader.shutdown)
+    assert isinstance(error, aisio.WorkerDiedError), repr(error)
     assert "worker process 1" in str(error) and "SIGKILL" in str(error)
     assert error.pid == killed[0] and error.exitcode == -signal.SIGKILL
 

@@ -199,3 +199,39 @@ def test_every_entry_point_documents_every_option_from_its_declaration(entry: st
         assert len(entries) == 1, (entry, option.name)
         first_words = " ".join(option.metadata["doc"].split()[:6])
         assert first_words in " ".join(doc.split()), (entry, option.name)
+
+
+# ------------------------------------------------------------- order="deterministic" refusals
+
+ORDERED_SHARDS = [f"ais://b/s-{i}.tar" for i in range(8)]  # nothing is read: refused at the call
+
+
+@pytest.mark.parametrize("name", sorted(LOADERS))
+def test_the_deterministic_order_refuses_resampled_on_every_loader(name: str) -> None:
+    with pytest.raises(aisio.ConfigError, match=r"resampled="):
+        LOADERS[name](ORDERED_SHARDS, url="http://127.0.0.1:9", order="deterministic",
+                      batch_size=8, resampled=True)
+
+
+@pytest.mark.skipif(not HAS_DATALOADER2, reason="DataLoader2 needs torchdata < 0.10")
+@pytest.mark.parametrize("option", [{"post": lambda pipe: pipe}, {"samples_per_epoch": 16}])
+def test_the_deterministic_order_refuses_dataloader2s_post_and_samples_per_epoch(
+        option: dict[str, Any]) -> None:
+    with pytest.raises(aisio.ConfigError, match=r"neither post= nor samples_per_epoch="):
+        aisio.webdataset_loader(ORDERED_SHARDS, url="http://127.0.0.1:9", order="deterministic",
+                                batch_size=8, **option)
+
+
+@pytest.mark.parametrize("name", sorted(LOADERS))
+def test_a_loader_refuses_streams_its_ranks_cannot_share(name: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """R = 2 ranks (what torch.distributed would say), K = 3 streams: R does not divide K."""
+    import aisio.runtime.setup
+
+    make = LOADERS[name]
+    make(ORDERED_SHARDS, url="http://127.0.0.1:9", order="deterministic", batch_size=6,
+         streams=3).shutdown()  # one rank: fine
+    monkeypatch.setattr(aisio.runtime.setup, "rank_and_world", lambda: (0, 2))
+    with pytest.raises(aisio.ConfigError, match=r"2 ranks cannot share streams=3"):
+        make(ORDERED_SHARDS, url="http://127.0.0.1:9", order="deterministic", batch_size=6,
+             streams=3)

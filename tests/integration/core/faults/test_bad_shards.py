@@ -146,10 +146,7 @@ def test_empty_bucket_and_missing_template_shards(ais_endpoint: str, ais_client:
     with pytest.raises(aisio.ObjectNotFoundError, match="no objects under"):
         aisio.webdataset_pipe(bucket.uri(), url=ais_endpoint)
     write_shards(ais_client, bucket, tmp_path, shards=2, per_shard=3)
-    with pytest.raises(aisio.ObjectNotFoundError) as info:
-        list(aisio.AISFileLister(bucket.uri("shard-{0000..0003}.tar"), url=ais_endpoint,
-                                 check_templates=True))
-    assert len(info.value.missing) == 2
+    # check_templates=True naming every absent shard: tests/integration/datapipes/test_pipes.py
     with pytest.raises(aisio.ObjectNotFoundError, match=r"shard-0002\.tar"):
         list(aisio.AISFileLoader(bucket.uri("shard-{0000..0003}.tar"), url=ais_endpoint
                                  ).ais_parse_webdataset())

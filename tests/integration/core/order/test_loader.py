@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,9 @@ from hypothesis import strategies as st
 import aisio
 import aisio.runtime.setup
 from aisio.core.store.client import Client
-from aisio.core.store.urls import Bucket
+from aisio.core.store.urls import AISPath, Bucket
 from tests import order_model
-from tests.conftest import LOADERS, write_shards
+from tests.conftest import LOADERS, tar_bytes, write_shards
 
 OPTS: dict[str, Any] = dict(order="deterministic", streams=4, batch_size=8, shuffle_buffer=6,
                             seed=5, tuple_fields=("__key__", "cls"),
@@ -161,31 +162,54 @@ def test_a_state_of_another_plan_or_order_is_refused(
         aisio.merge_states([state, state])
 
 
+def _children() -> set[int]:
+    """Returns the pids of this process's live child processes (Linux's /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[1]) == os.getpid():
+                found.add(int(entry))
+    return found
+
+
 @pytest.mark.parametrize("kind", [k for k in ("dataloader", "dataloader2") if k in LOADERS])
 def test_workers_live_across_epochs_and_a_bad_shard_keeps_its_error(
-        kind: str, shards: tuple[str, list[str]], ais_endpoint: str, bucket: Bucket) -> None:
+        kind: str, shards: tuple[str, list[str]], ais_endpoint: str, ais_client: Client,
+        bucket: Bucket) -> None:
     template, keys = shards
+    before = _children()
     loader = _loader(kind, template, ais_endpoint, 2)
     try:
         _keys(loader)
         current = loader.current
-        pids = sorted(w.pid for w in current._iterator._workers) if kind == "dataloader" else []
+        workers = _children() - before  # the loader's worker processes
+        assert len(workers) == 2, workers
         assert len(_keys(loader)) > 0 and loader.current is current and loader.epoch == 2
-        if kind == "dataloader":
-            assert sorted(w.pid for w in current._iterator._workers) == pids
+        assert _children() - before == workers  # the same two served the second epoch
     finally:
         loader.shutdown()
-    missing = [template, bucket.uri("missing.tar")]
-    failing = _loader(kind, missing, ais_endpoint, 2)
+    # a shard whose first tar header is corrupt (its checksum field overwritten)
+    corrupt = bytearray(tar_bytes([(f"c{i}.cls", b"1") for i in range(3)]))
+    corrupt[148:156] = b"9999999\0"
+    ais_client.put_object(AISPath(bucket, "corrupt.tar"), bytes(corrupt))
+    mixed = [template, bucket.uri("corrupt.tar")]
+    failing = _loader(kind, mixed, ais_endpoint, 2)
     try:
-        with pytest.raises(aisio.NotFoundError, match=r"missing\.tar"):
+        with pytest.raises(aisio.ShardFormatError, match=r"corrupt\.tar") as info:
             _keys(failing)
+        assert info.value.url == bucket.uri("corrupt.tar") and info.value.offset == 0
     finally:
         failing.shutdown()
-    skipping = _loader(kind, missing, ais_endpoint, 2, on_error="skip")
+    skipping = _loader(kind, mixed, ais_endpoint, 2, on_error="skip")
     try:
         assert sorted(k for b in _keys(skipping) for k in b) == sorted(keys)
-        assert len(skipping.report) == 1
+        assert [(r["shard"], r["error"]) for r in skipping.report.records()] == [
+            (bucket.uri("corrupt.tar"), "ShardFormatError")]
     finally:
         skipping.shutdown()
 

@@ -99,4 +99,5 @@ def test_missing_field_advice_names_fixes_that_work() -> None:
     assert SampleStage(None, "jpg cls", on_error="skip")(sample) is SKIPPED
     spec = PipelineSpec.build(endpoint="http://h:1", tuple_fields="jpg;png cls",
                               on_error="skip")
-    assert spec.stage() is not None
+    stage = spec.stage()
+    assert stage is not None and stage(sample) is SKIPPED  # "cls" is missing: skipped

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,11 +30,22 @@ PATH = AISPath(Bucket("b"), "dir/shard 1.tar")
 
 
 @pytest.fixture
-def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalETL:
-    """A registry in tmp_path holding one 'resize' server (this process stands in for it)."""
+def server() -> Iterator[subprocess.Popen[bytes]]:
+    """A process whose command line is a local ETL server's (``python -m aisio.localetl ...``,
+    as aisio.localetl starts one); it serves nothing, and reads never reach it here."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
+                             "-m", routing.SERVER_MARKER])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+             server: subprocess.Popen[bytes]) -> LocalETL:
+    """A registry in tmp_path holding one 'resize' server (the ``server`` process)."""
     monkeypatch.setenv("AISIO_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(routing, "SERVER_MARKER", "python")  # this test process passes as one
-    entry = LocalETL("resize", "http://127.0.0.1:9999", CLUSTER, os.getpid(), "f.py:C", "x.log")
+    entry = LocalETL("resize", "http://127.0.0.1:9999", CLUSTER, server.pid, "f.py:C", "x.log")
     register(entry)
     return entry
 
@@ -58,10 +72,16 @@ def test_a_local_etl_gets_the_reads_that_name_it(registry: LocalETL) -> None:
 
 
 def test_a_dead_or_stopped_server_is_not_used(registry: LocalETL,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(routing, "SERVER_MARKER", "not-in-this-command-line")
+                                              server: subprocess.Popen[bytes]) -> None:
+    # its pid reused by a process that is no ETL server (this one)
+    register(LocalETL("resize", registry.url, CLUSTER, os.getpid(), "f.py:C", "x.log"))
     assert read_url(CLUSTER, PATH, ETL("resize")).startswith(f"{CLUSTER}/v1/objects/")
-    monkeypatch.setattr(routing, "SERVER_MARKER", "python")
+    register(registry)
+    assert read_url(CLUSTER, PATH, ETL("resize")).startswith("http://127.0.0.1:9999/")
+    server.kill()  # the server died (and was reaped)
+    server.wait()
+    assert read_url(CLUSTER, PATH, ETL("resize")).startswith(f"{CLUSTER}/v1/objects/")
+    register(registry)
     unregister(CLUSTER, "resize")
     assert not registry_file(CLUSTER).exists()
     assert read_url(CLUSTER, PATH, ETL("resize")).startswith(f"{CLUSTER}/v1/objects/")
