@@ -310,7 +310,7 @@ class DeliveryPipe(IterDataPipe):
         if spec.drop_last and spec.batch_size:
             triples = drop_last(triples, spec.batch_size)
         if not (spec.batch_size and spec.collate):
-            return ship_errors(deliveries(triples, batch_size=spec.batch_size))
+            return ship_errors(deliveries(triples, batch_size=spec.batch_size), warnings=True)
         kept: deque[tuple[int, int, int, bool]] = deque(maxlen=spec.batch_size)
 
         def watched() -> Iterator[Any]:
@@ -323,7 +323,8 @@ class DeliveryPipe(IterDataPipe):
             return [sample_name(self.shards, p) for p in list(kept)[-n:]]
 
         return ship_errors(deliveries(watched(), batch_size=spec.batch_size,
-                                collate=BatchCollate(default_collate, names)))
+                                      collate=BatchCollate(default_collate, names)),
+                           warnings=True)
 
 
 def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int,

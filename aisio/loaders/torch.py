@@ -28,7 +28,7 @@ from aisio.core.transport.delivery import Delivery
 from aisio.datapipes.pipeline import epoch_pipe
 from aisio.runtime.ordered import OrderedStreams, batch_collate, can_pin
 from aisio.runtime.setup import loader_setup
-from aisio.runtime.workers import widen_pipe, worker_init_fn
+from aisio.runtime.workers import collect_before_fork, widen_pipe, worker_init_fn
 
 #: DataLoader's options these loaders pass through (``drop_last`` is the pipeline's: batches
 #: are made in the workers).
@@ -150,6 +150,8 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
         plan.publish(epoch, resume)  # before iter(): the workers read it when they start
         if not current:
             current.append(build())
+        if num_workers and getattr(current[0], "_iterator", None) is None:
+            collect_before_fork()  # its iter() starts the workers
         return current[0]
 
     def close() -> None:

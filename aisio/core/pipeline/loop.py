@@ -22,7 +22,7 @@ from aisio.core.faults.policy import check_epoch
 from aisio.core.faults.report import ErrorReport
 from aisio.core.store.sources import ObjectRef
 from aisio.core.transport import ring
-from aisio.core.transport.delivery import Delivery, Failure
+from aisio.core.transport.delivery import Delivery, Failure, give_warnings
 
 OpenEpoch = Callable[[int, "dict[str, Any] | None"], Iterable[Any]]
 
@@ -112,10 +112,12 @@ class ResumableLoader(FollowsTrainer):
         try:
             while True:
                 item = next(items, _END)
+                give_warnings(item)
                 while isinstance(item, Delivery) and item.empty:  # only skipped samples
                     received.add(partial(progress.record, item.positions, item.versions),
                                  batch=False)
                     item = next(items, _END)
+                    give_warnings(item)
                 if self._sync is not None and not self._sync(item is not _END):
                     break  # uneven="drop": a rank ran out, every rank stops here
                 if item is _END:
