@@ -97,14 +97,15 @@ class LoaderSetup:
 
     def resumable(self, *, open_epoch: OpenEpoch, close: Callable[[], None],
                   end_epoch: Callable[[], None] | None = None,
-                  stops_together: bool = False) -> ResumableLoader:
+                  stops_together: bool = False, resumable: bool = True) -> ResumableLoader:
         """Returns the training loop's loader (``order="fast"``) over what ``open_epoch``
         opens. ``stops_together``: the loader underneath already stops every rank when the
-        first runs out (DataLoader2's distributed reading service), so no check is added."""
+        first runs out (DataLoader2's distributed reading service), so no check is added.
+        ``resumable=False``: its items carry no positions (``resampled=True``)."""
         loader = ResumableLoader(self.shards, seed=self.seed,
                                  open_epoch=self.checked.before(open_epoch),
                                  close=close, end_epoch=end_epoch, report=self.spec.report,
-                                 timings=self.spec.times,
+                                 timings=self.spec.times, resumable=resumable,
                                  sync=None if stops_together else drop_sync(self.uneven))
         return keep_exchange(loader, self.uneven)
 

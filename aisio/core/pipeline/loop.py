@@ -158,7 +158,8 @@ class ResumableLoader(FollowsTrainer):
         if not self.resumable:
             raise StateMismatchError(
                 "this loader cannot say what the training loop received (resampled=True or "
-                "post= hides the samples' positions); drop them to checkpoint mid-epoch")
+                "post= hides the samples' positions); drop them to checkpoint mid-epoch, or "
+                "save the epoch number and call set_epoch(epoch) after a restart")
         if self._progress is not None:
             return self._progress.state_dict()
         if self._resume is not None:  # loaded, not started: the same progress, as a state
