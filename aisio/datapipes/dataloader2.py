@@ -123,6 +123,9 @@ class EpochLoader(DataLoader2):
         self.report: ErrorReport | None = None
         #: per-stage times with ``timings=True`` (set by :func:`webdataset_loader`).
         self.timings: Any = None
+        #: what runs before the first epoch (the templates' check, set by
+        #: :func:`webdataset_loader`).
+        self.before_first: Callable[[], None] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Makes the next iteration epoch ``epoch``."""
@@ -138,6 +141,8 @@ class EpochLoader(DataLoader2):
         raise StateMismatchError(_NO_STATE)
 
     def __iter__(self) -> Iterator[Any]:
+        if self.before_first is not None:
+            self.before_first()
         if self.base_seed is not None:
             self.seed(random.Random(f"{self.base_seed}:{self.epoch}").getrandbits(63))
         self.epoch += 1
@@ -379,6 +384,7 @@ def _plain_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: Un
     loader = make_loader(pipe, num_workers=num_workers, seed=seed, uneven=uneven)
     loader.report = spec.report
     loader.timings = spec.times
+    loader.before_first = setup.checked
     return loader
 
 

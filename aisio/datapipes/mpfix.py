@@ -46,7 +46,13 @@ with warnings.catch_warnings():
     from torchdata.dataloader2.communication.protocol import IterDataPipeQueueProtocolServer
 
 from aisio.core.faults.errors import WorkerTraceback
-from aisio.runtime.workers import die_with_parent, set_worker_id, worker_died
+from aisio.runtime.workers import (
+    collect_before_fork,
+    die_with_parent,
+    keep_inherited,
+    set_worker_id,
+    worker_died,
+)
 
 _POLL_SECONDS = 0.0001
 _LIVENESS_SECONDS = 0.05  # how often a wait on a worker checks that it is still alive
@@ -175,6 +181,7 @@ _SEND_EXCEPTION = IterDataPipeQueueProtocolServer.response_worker_exception
 def _worker_init(datapipe: Any, worker_info: Any, *, parent: int, kernel: bool,
                  user_fn: Callable[[Any, Any], Any] | None) -> Any:
     """Runs first in every worker process (DataLoader2's ``worker_init_fn``)."""
+    keep_inherited()
     die_with_parent(parent, kernel)
     set_worker_id(worker_info.worker_id)
     IterDataPipeQueueProtocolServer.response_worker_exception = _send_original
@@ -197,6 +204,7 @@ def _initialize(self: Any, datapipe: Any) -> Any:
     self.worker_init_fn = functools.partial(
         _worker_init, parent=os.getpid(),
         kernel=threading.current_thread() is threading.main_thread(), user_fn=user_fn)
+    collect_before_fork()
     end = _INITIALIZE(self, datapipe)
     if self._worker_consumer_datapipe is not None:
         _PROCESSES[id(self._worker_consumer_datapipe)] = [p for p, _, _ in self._worker_processes]
@@ -231,10 +239,14 @@ def _finalize(self: Any) -> None:
         for dp in consumer.datapipes:
             protocol = dp.protocol
             if protocol.waiting_for_response():
+                if sys.is_finalizing():
+                    # at interpreter exit: an answer would be unpickled by modules already
+                    # torn down ("import of torch.storage halted"); the workers are ended below
+                    continue
                 try:
                     timeout = max(0.01, deadline - time.monotonic())
                     protocol.request_served(protocol.response_queue.get(timeout=timeout))
-                except (queue.Empty, OSError, EOFError, ValueError):
+                except (queue.Empty, OSError, EOFError, ValueError, ImportError):
                     continue  # stuck or dead: terminated below
             with contextlib.suppress(Exception):
                 protocol.request_terminate()

@@ -13,6 +13,7 @@ sharding filter per worker and per rank itself.
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -22,6 +23,11 @@ from torch.utils.data import default_collate
 
 from aisio.core.epochs.plan import EpochPlan
 from aisio.core.epochs.progress import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
+from aisio.core.epochs.resample import (
+    RESAMPLED,
+    reader_share,
+    resampled_tasks,
+)
 from aisio.core.faults.policy import SKIPPED, is_kept
 from aisio.core.format.collate import BatchCollate, sample_name
 from aisio.core.format.decode import to_tuple
@@ -118,11 +124,6 @@ class ResampledShards(IterDataPipe):
     def __iter__(self) -> Iterator[str]:
         while True:
             yield self._rng.choice(self.names)
-
-
-RESAMPLED = ("draw shards with replacement forever (cap the epoch with ``.header(n)`` or "
-             ":func:`webdataset_loader`'s ``samples_per_epoch``).")
-"""The doc of ``resampled=``, which :func:`webdataset_pipe` and DataLoader2's loaders take."""
 
 
 @documents_options(extra=[("resampled", RESAMPLED)], signature=True, loader=False)
@@ -312,7 +313,7 @@ class DeliveryPipe(IterDataPipe):
         if spec.drop_last and spec.batch_size:
             triples = drop_last(triples, spec.batch_size)
         if not (spec.batch_size and spec.collate):
-            return ship_errors(deliveries(triples, batch_size=spec.batch_size))
+            return ship_errors(deliveries(triples, batch_size=spec.batch_size), warnings=True)
         kept: deque[tuple[int, int, int, bool]] = deque(maxlen=spec.batch_size)
 
         def watched() -> Iterator[Any]:
@@ -325,7 +326,65 @@ class DeliveryPipe(IterDataPipe):
             return [sample_name(self.shards, p) for p in list(kept)[-n:]]
 
         return ship_errors(deliveries(watched(), batch_size=spec.batch_size,
-                                collate=BatchCollate(default_collate, names)))
+                                      collate=BatchCollate(default_collate, names)),
+                           warnings=True)
+
+
+class ResampledBatches(IterDataPipe):
+    """Yields one reader's batches of a resampled epoch (``resampled=True``) on any loader:
+    shards drawn with replacement from ``(seed, epoch, rank, worker)``
+    (:func:`~aisio.core.epochs.resample.resampled_tasks`), the epoch read from ``plan``; read,
+    parsed, shuffled through the spec's buffer, decoded and batched; the rank's
+    ``samples_per_epoch`` split across its workers (None: forever). Items are batches, not
+    deliveries: nothing says which samples the loop received (the loader cannot checkpoint
+    mid-epoch). An aisio error ends them as a :class:`~aisio.core.transport.delivery.Failure`.
+    """
+
+    def __init__(self, shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int,
+                 plan: EpochPlan, rank: int, samples_per_epoch: int | None) -> None:
+        self.shards = list(shards)
+        self.spec = spec
+        self.seed = seed
+        self.plan = plan
+        self.rank = rank
+        self.samples_per_epoch = samples_per_epoch
+
+    def __iter__(self) -> Iterator[Any]:
+        from torch.utils.data import get_worker_info
+
+        epoch, _ = self.plan.read()
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        share = reader_share(self.samples_per_epoch, worker, workers)
+        if share == 0:
+            return iter(())
+        tasks = IterableWrapper(resampled_tasks(self.shards, self.seed, epoch, rank=self.rank,
+                                                worker=worker), deepcopy=False)
+        samples: IterDataPipe = samples_pipe(tasks, self.spec, shuffle=False)
+        if self.spec.shuffle_buffer:
+            samples = EpochShuffle(samples, self.spec.shuffle_buffer, plan=self.plan,
+                                   seed=self.seed, rank=self.rank)
+        return ship_errors(self._batches(samples, share))
+
+    def _batches(self, samples: Iterable[Any], share: int | None) -> Iterator[Any]:
+        spec = self.spec
+        stage = Positioned(spec.stage())
+        values: Iterator[Any] = (value for value, _, _ in map(stage, samples)
+                                 if is_kept(value))
+        if share is not None:
+            values = itertools.islice(values, share)
+        if not spec.batch_size:
+            yield from values
+            return
+        collate = BatchCollate(default_collate) if spec.collate else None
+        batch: list[Any] = []
+        for value in values:
+            batch.append(value)
+            if len(batch) == spec.batch_size:
+                yield collate(batch) if collate is not None else batch
+                batch = []
+        if batch and not spec.drop_last:
+            yield collate(batch) if collate is not None else batch
 
 
 def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int,

@@ -104,8 +104,10 @@ class AISFileLister(_AISDataPipe):
 
     A source is an AIS name (``ais://bucket``, ``ais://bucket/prefix``), a brace template
     (``ais://bucket/shard-{000..099}.tar``), or an aistore SDK Bucket/ObjectGroup/Object. Prefixes
-    are listed page by page to the end; templates yield their expansion (checked against the
-    bucket with ``check_templates=True``, all missing names reported in one error).
+    are listed page by page to the end; templates yield their expansion, checked against the
+    bucket first with one listing: names that do not exist raise ObjectNotFoundError, all of
+    them in ``.missing`` and the nearest template that exists in the message
+    (``check_templates=False`` yields the expansion unchecked, without I/O).
 
     Args:
         source_datapipe: sources, alone, in a list, or from an upstream IterDataPipe.
@@ -115,7 +117,7 @@ class AISFileLister(_AISDataPipe):
         endpoint: the AIStore endpoint (else ``config``, else ``AIS_ENDPOINT``).
         props: comma-separated properties to list (``"size,version"``); then items are
             ``(name, {prop: value})`` pairs instead of names.
-        check_templates: verify that every name of a template exists.
+        check_templates: verify that every name of a template exists (the default).
 
     Example:
         >>> from torch.utils.data.datapipes.iter import IterableWrapper
@@ -131,7 +133,7 @@ class AISFileLister(_AISDataPipe):
         *,
         config: AISConfig | None = None,
         props: str | None = None,
-        check_templates: bool = False,
+        check_templates: bool = True,
         page_size: int | None = None,
         endpoint: str | None = None,
     ) -> None:

@@ -10,6 +10,7 @@ builds that chain and wraps it in the resumable loop.
 
 from __future__ import annotations
 
+import itertools
 import random
 import warnings
 from collections.abc import Iterator, Sequence
@@ -17,6 +18,13 @@ from functools import partial
 from typing import Any
 
 from aisio.core.epochs.progress import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
+from aisio.core.epochs.resample import (
+    RESAMPLED,
+    RESAMPLING,
+    SAMPLES_PER_EPOCH,
+    check_resampled,
+    resampled_tasks,
+)
 from aisio.core.faults.errors import AISIOError, LoaderUnavailableError
 from aisio.core.faults.policy import SKIPPED, is_kept
 from aisio.core.format.collate import BatchCollate, sample_name
@@ -24,7 +32,13 @@ from aisio.core.order.loader import OrderedLoader, OrderSetup
 from aisio.core.pipeline.loop import ResumableLoader
 from aisio.core.pipeline.parse import parse_streams
 from aisio.core.pipeline.spec import PipelineSpec, check_options, documents_options
-from aisio.core.transport.delivery import Failure, Positioned, batch_delivery, ship_errors
+from aisio.core.transport.delivery import (
+    Delivery,
+    Failure,
+    Positioned,
+    batch_delivery,
+    ship_errors,
+)
 from aisio.loaders.nodes_pool import PoolMapper
 from aisio.runtime.ordered import batch_collate, can_pin
 from aisio.runtime.setup import LoaderSetup, loader_setup
@@ -57,6 +71,8 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
         self.tasks = list(tasks)
         self.spec = spec
         self.seed = seed
+        #: how many samples to yield at most (None: every sample of the tasks)
+        self.limit: int | None = None
         self._yielded = 0
         self._items: Iterator[dict[str, Any]] | None = None
 
@@ -72,6 +88,8 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
         samples = parse_streams(fetcher.streams(self.tasks), fetcher.policy)  # in this process
         if self.spec.shuffle_buffer:
             samples = shuffle_buffer(samples, self.spec.shuffle_buffer, random.Random(self.seed))
+        if self.limit is not None:
+            samples = itertools.islice(samples, self.limit)
         # An error ends the samples as a Failure item: nodes' threads would rebuild it from
         # its message, without its fields.
         return ship_errors(samples)
@@ -171,7 +189,7 @@ _REFUSED = {
 }
 
 
-@documents_options()
+@documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)])
 def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "thread",
                            seed: int | None = None, uneven: str = "drop",
                            prefetch_factor: int = 2, order: str = "fast",
@@ -218,10 +236,14 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
             "torchdata.nodes needs torchdata >= 0.10: install 'torchdata>=0.10', or use the same "
             "pipeline on DataLoader2 (aisio.webdataset_loader) or torch's DataLoader "
             "(aisio.webdataset_dataloader)")
-    check_options(pipe_options, where="webdataset_node_loader", known=PASSED, refused=_REFUSED)
+    check_options(pipe_options, where="webdataset_node_loader", known=(*PASSED, *RESAMPLING),
+                  refused=_REFUSED)
+    resampled = bool(pipe_options.pop("resampled", False))
+    samples_per_epoch = pipe_options.pop("samples_per_epoch", None)
+    check_resampled(resampled, samples_per_epoch)
     node_options = {name: pipe_options.pop(name) for name in PASSED if name in pipe_options}
     setup = loader_setup("webdataset_node_loader", shards, pipe_options, seed=seed,
-                         uneven=uneven, order=order, streams=streams)
+                         uneven=uneven, order=order, streams=streams, resampled=resampled)
     if setup.deterministic:
         return _ordered_node_loader(setup, num_workers=num_workers, method=method,
                                     prefetch_factor=prefetch_factor, node_options=node_options)
@@ -246,12 +268,28 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
 
     def open_epoch(epoch: int, resume: dict[str, Any] | None) -> Any:
         # Read in this process: the next reset (the loader's iter()) starts from these.
+        samples.seed = epoch_seed(setup.seed, epoch) + rank
+        if resampled:  # this rank's own draw, its samples_per_epoch; no positions kept
+            samples.tasks = resampled_tasks(refs, setup.seed, epoch, rank=rank)
+            samples.limit = samples_per_epoch
+            return _values(loader)
         samples.tasks = epoch_tasks(refs, setup.seed, epoch, shuffle=spec.shuffle_shards,
                                     resume=resume)[rank::world]
-        samples.seed = epoch_seed(setup.seed, epoch) + rank
         return loader
 
-    return setup.resumable(open_epoch=open_epoch, close=lambda: _stop_threads(loader))
+    return setup.resumable(open_epoch=open_epoch, close=lambda: _stop_threads(loader),
+                           resumable=not resampled)
+
+
+def _values(loader: Any) -> Iterator[Any]:
+    """Yields what ``loader`` delivers without positions (a resampled epoch's: a shard may be
+    read twice); failures pass on."""
+    for item in loader:
+        if isinstance(item, Delivery):
+            if not item.empty:
+                yield item.unpack()
+        else:
+            yield item
 
 
 def _mapper(node: Any, stage: Any, num_workers: int, method: str,

@@ -18,7 +18,7 @@ from typing import Any
 
 from aisio.core.faults.errors import WorkerDiedError
 from aisio.core.transport.delivery import Failure
-from aisio.runtime.workers import EndsWithParent, widen_pipe
+from aisio.runtime.workers import EndsWithParent, collect_before_fork, widen_pipe
 
 try:
     from torchdata.nodes import BaseNode as _Node
@@ -86,6 +86,7 @@ class PoolMapper(_Node):
                 self._pool = cf.ThreadPoolExecutor(self.workers, thread_name_prefix="aisio-map")
             else:
                 context = multiprocessing.get_context(self.context)
+                collect_before_fork()
                 pool = cf.ProcessPoolExecutor(self.workers, mp_context=context,
                                               initializer=_install,
                                               initargs=(EndsWithParent(self.fn),))

@@ -24,15 +24,21 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from aisio.core.epochs.resample import (
+    RESAMPLED,
+    RESAMPLING,
+    SAMPLES_PER_EPOCH,
+    check_resampled,
+)
 from aisio.core.faults.errors import ConfigError, LoaderUnavailableError, WorkerDiedError
 from aisio.core.order.loader import OrderedLoader
 from aisio.core.pipeline.loop import ResumableLoader
 from aisio.core.pipeline.spec import check_options, documents_options
 from aisio.core.transport.delivery import Delivery
-from aisio.datapipes.pipeline import epoch_pipe
+from aisio.datapipes.pipeline import ResampledBatches, epoch_pipe
 from aisio.runtime.ordered import OrderedStreams, batch_collate, can_pin
 from aisio.runtime.setup import loader_setup
-from aisio.runtime.workers import widen_pipe, worker_died, worker_init_fn
+from aisio.runtime.workers import collect_before_fork, widen_pipe, worker_died, worker_init_fn
 
 #: DataLoader's options these loaders pass through (``drop_last`` is the pipeline's: batches
 #: are made in the workers).
@@ -165,7 +171,10 @@ def _stop_workers(loader: Any) -> None:
 def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
             seed: int | None, uneven: str, order: str = "fast", streams: int | None = None,
             **options: Any) -> ResumableLoader | OrderedLoader:
-    check_options(options, where=where, known=PASSED)
+    check_options(options, where=where, known=(*PASSED, *RESAMPLING))
+    resampled = bool(options.pop("resampled", False))
+    samples_per_epoch = options.pop("samples_per_epoch", None)
+    check_resampled(resampled, samples_per_epoch)
     torch_options = {name: options.pop(name) for name in PASSED if name in options}
     if "in_order" in torch_options and (
             "in_order" not in inspect.signature(loader_class).parameters):
@@ -175,7 +184,7 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
         raise ConfigError(f"{where}(): {', '.join(n for n in _WORKERS_ONLY if n in torch_options)}"
                           " go(es) with worker processes: pass num_workers=N (N >= 1)")
     setup = loader_setup(where, shards, options, seed=seed, uneven=uneven, order=order,
-                         streams=streams)
+                         streams=streams, resampled=resampled)
     plan = setup.epoch_plan(shared=bool(num_workers))
     # Deliveries are pinned where torch pins (with an accelerator); without one, torch warns.
     pinned = can_pin(torch_options.get("pin_memory"))
@@ -187,6 +196,10 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
             torch_options.pop("pin_memory_device", None)
         dataset: Any = OrderedStreams(order_setup)
         collate_fn: Any = _as_is
+    elif resampled:
+        dataset = ResampledBatches(setup.shards, setup.spec, seed=setup.seed, plan=plan,
+                                   rank=setup.rank, samples_per_epoch=samples_per_epoch)
+        collate_fn = _as_is  # batches, pinned by torch itself when asked
     else:
         dataset = epoch_pipe(setup.shards, setup.spec, seed=setup.seed, plan=plan,
                              rank=setup.rank)
@@ -214,6 +227,8 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
         plan.publish(epoch, resume)  # before iter(): the workers read it when they start
         if not current:
             current.append(build())
+        if num_workers and getattr(current[0], "_iterator", None) is None:
+            collect_before_fork()  # its iter() starts the workers
         return current[0]
 
     def close() -> None:
@@ -223,10 +238,10 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
     if setup.deterministic:
         return setup.ordered(order_setup, open_epoch=open_epoch, close=close,
                              collate=batch_collate(setup.spec, pin=pinned, device=device))
-    return setup.resumable(open_epoch=open_epoch, close=close)
+    return setup.resumable(open_epoch=open_epoch, close=close, resumable=not resampled)
 
 
-@documents_options()
+@documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)])
 def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
                           uneven: str = "drop", order: str = "fast", streams: int | None = None,
                           **options: Any) -> ResumableLoader | OrderedLoader:
@@ -270,7 +285,7 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
                    seed=seed, uneven=uneven, order=order, streams=streams, **options)
 
 
-@documents_options()
+@documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)])
 def webdataset_stateful_loader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
                                uneven: str = "drop", order: str = "fast",
                                streams: int | None = None, **options: Any

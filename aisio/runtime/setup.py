@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from aisio.core.epochs.plan import EpochPlan
@@ -36,7 +36,14 @@ from aisio.core.pipeline.loop import OpenEpoch, ResumableLoader
 from aisio.core.pipeline.spec import PipelineSpec
 from aisio.core.store.client import client_for
 from aisio.core.store.config import AISConfig, resolve_config
-from aisio.core.store.sources import ObjectRef, Source, resolve, shard_list
+from aisio.core.store.sources import (
+    ObjectRef,
+    Source,
+    check_templates,
+    resolve,
+    shard_list,
+    templates_of,
+)
 from aisio.runtime.dist import (
     Uneven,
     check_uneven,
@@ -62,6 +69,7 @@ class LoaderSetup:
         uneven: ``"drop"`` or ``"keep"`` (see :data:`~aisio.runtime.dist.Uneven`).
         deterministic: whether the loader reads in ``order="deterministic"``.
         streams: that order's canonical streams (None: its default).
+        checked: the shards' templates, checked against the bucket at the first epoch opened.
     """
 
     where: str
@@ -73,6 +81,7 @@ class LoaderSetup:
     uneven: Uneven
     deterministic: bool = False
     streams: int | None = None
+    checked: TemplateCheck = field(default_factory=lambda: TemplateCheck((), None))
 
     def epoch_plan(self, *, shared: bool) -> EpochPlan:
         """Returns where the training process publishes each epoch for its readers: a
@@ -88,13 +97,15 @@ class LoaderSetup:
 
     def resumable(self, *, open_epoch: OpenEpoch, close: Callable[[], None],
                   end_epoch: Callable[[], None] | None = None,
-                  stops_together: bool = False) -> ResumableLoader:
+                  stops_together: bool = False, resumable: bool = True) -> ResumableLoader:
         """Returns the training loop's loader (``order="fast"``) over what ``open_epoch``
         opens. ``stops_together``: the loader underneath already stops every rank when the
-        first runs out (DataLoader2's distributed reading service), so no check is added."""
-        loader = ResumableLoader(self.shards, seed=self.seed, open_epoch=open_epoch,
+        first runs out (DataLoader2's distributed reading service), so no check is added.
+        ``resumable=False``: its items carry no positions (``resampled=True``)."""
+        loader = ResumableLoader(self.shards, seed=self.seed,
+                                 open_epoch=self.checked.before(open_epoch),
                                  close=close, end_epoch=end_epoch, report=self.spec.report,
-                                 timings=self.spec.times,
+                                 timings=self.spec.times, resumable=resumable,
                                  sync=None if stops_together else drop_sync(self.uneven))
         return keep_exchange(loader, self.uneven)
 
@@ -103,7 +114,8 @@ class LoaderSetup:
                 end_epoch: Callable[[], None] | None = None) -> OrderedLoader:
         """Returns the training loop's loader in ``order="deterministic"``: the readers'
         packs that ``open_epoch`` opens, put in order and collated with ``collate``."""
-        loader = OrderedLoader(order, open_epoch=open_epoch, collate=collate, close=close,
+        loader = OrderedLoader(order, open_epoch=self.checked.before(open_epoch),
+                               collate=collate, close=close,
                                end_epoch=end_epoch, sync=drop_sync(self.uneven))
         return keep_exchange(loader, self.uneven)
 
@@ -130,7 +142,46 @@ def loader_setup(where: str, shards: Any, options: Mapping[str, Any], *, seed: i
     refs = agreed_shards(shards, spec.config)
     rank, world = rank_and_world()
     return LoaderSetup(where, spec, tuple(refs), shared_seed(seed), rank, world,
-                       cast(Uneven, uneven), deterministic, streams)
+                       cast(Uneven, uneven), deterministic, streams,
+                       TemplateCheck(templates_of(resolve(shards)), spec.config))
+
+
+class TemplateCheck:
+    """Checks that every name of the shards' templates exists, once, when the loader opens its
+    first epoch (before any worker starts or any batch is read), rather than mid-epoch when a
+    reader reaches the first missing shard; building a loader does no I/O for a template.
+    Every rank checks for itself (one listing per template), so every rank raises alike.
+
+    Args:
+        templates: the template sources to check.
+        config: the cluster's configuration (None: ``AIS_ENDPOINT``).
+    """
+
+    def __init__(self, templates: Sequence[Source], config: AISConfig | None) -> None:
+        self.templates = tuple(templates)
+        self.config = config
+
+    def __call__(self) -> None:
+        """Checks the templates, unless an earlier call found them whole.
+
+        Raises:
+            ObjectNotFoundError: names that do not exist (all of them in ``.missing``), with
+                the nearest template that does in the message.
+        """
+        if self.templates:
+            check_templates(client_for(resolve_config(None, self.config)), self.templates)
+            self.templates = ()
+
+    def before(self, open_epoch: OpenEpoch) -> OpenEpoch:
+        """Returns ``open_epoch`` that checks first (see the class doc)."""
+        if not self.templates:
+            return open_epoch
+
+        def checked(epoch: int, resume: dict[str, Any] | None) -> Any:
+            self()
+            return open_epoch(epoch, resume)
+
+        return checked
 
 
 def list_shards(sources: Any, config: AISConfig | None = None) -> list[ObjectRef]:
@@ -297,5 +348,5 @@ def _difference(mine: Sequence[ObjectRef], theirs: Sequence[ObjectRef]) -> str:
     return ", ".join(part for part in parts if part)
 
 
-__all__ = ["LoaderSetup", "Ranks", "agree_on_shards", "agreed_shards", "list_shards",
-           "loader_setup"]
+__all__ = ["LoaderSetup", "Ranks", "TemplateCheck", "agree_on_shards", "agreed_shards",
+           "list_shards", "loader_setup"]

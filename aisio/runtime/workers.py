@@ -6,6 +6,12 @@ process, and a reader knows which worker it runs in.
   thread that watches the parent in every case. DataLoader2 (``aisio.datapipes.mpfix``) and
   torch's DataLoader / StatefulDataLoader (:func:`init_worker`) both run it first in each
   worker.
+* :func:`collect_before_fork` and :func:`keep_inherited` keep a worker from running the
+  finalizers of the training process's garbage: a loader dropped (or failed) before another
+  started its workers is collected in the training process first, and whatever a worker
+  inherited is never collected in it (a torch DataLoader iterator collected in a forked
+  worker printed "Exception ignored in ... __del__: AssertionError: can only test a child
+  process" as it tried to stop workers that are not its children).
 * :func:`worker_id` is this process's worker number (0 in the training process), whichever
   loader started it: torch's ``get_worker_info()``, or what DataLoader2's worker set with
   :func:`set_worker_id`.
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import gc
 import os
 import signal
 import sys
@@ -90,6 +97,17 @@ def worker_died(loader: str, index: int, process: Any) -> WorkerDiedError:
         f"{loader} worker process {index} (pid {process.pid}) {how} before the epoch "
         f"ended{hint}; its samples are lost, so this epoch cannot complete: restart the loader",
         worker=index, pid=process.pid, exitcode=code)
+def collect_before_fork() -> None:
+    """Collects the training process's garbage now, before worker processes are forked from
+    it: a loader dropped in a reference cycle has its workers stopped here, by its own
+    finalizer, rather than its copy finalized in a new worker (see the module doc)."""
+    gc.collect()
+
+
+def keep_inherited() -> None:
+    """Moves everything this worker inherited from the training process out of the garbage
+    collector's reach (``gc.freeze``): the parent's objects are the parent's to finalize."""
+    gc.freeze()
 
 
 def set_worker_id(worker: int) -> None:
@@ -112,6 +130,7 @@ def init_worker(worker: int, *, parent: int, kernel: bool,
                 user_fn: Callable[[int], Any] | None = None) -> None:
     """A DataLoader ``worker_init_fn``: the worker ends with the training process, then
     ``user_fn`` (the trainer's own ``worker_init_fn``) runs."""
+    keep_inherited()
     die_with_parent(parent, kernel)
     if user_fn is not None:
         user_fn(worker)
@@ -140,6 +159,7 @@ class EndsWithParent:
         global _WATCHING
         if os.getpid() not in (_WATCHING, self.parent):
             _WATCHING = os.getpid()
+            keep_inherited()
             die_with_parent(self.parent, kernel=False)
         return self.fn(item)
 

@@ -10,13 +10,13 @@ in one process it stays in memory.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 import weakref
 from pathlib import Path
 from typing import Any
+
+from aisio.core.system.tempfiles import owned_temporary, remove_owned
 
 
 class EpochPlan:
@@ -38,12 +38,12 @@ class EpochPlan:
     def temporary(cls) -> EpochPlan:
         """Returns a plan backed by a new temporary file, shared with worker processes; the
         file is deleted when this object is garbage collected or the process exits (copies
-        pickled into workers never delete it)."""
-        fd, name = tempfile.mkstemp(prefix="aisio-plan-", suffix=".json")
-        os.close(fd)
+        pickled into workers never delete it), and, when the process was killed, by the next
+        process that makes one (:func:`~aisio.core.system.tempfiles.owned_temporary`)."""
+        name = owned_temporary("aisio-plan-", ".json")
         plan = cls(name)
         plan.publish(0, None)
-        weakref.finalize(plan, _remove, name, os.getpid())
+        weakref.finalize(plan, remove_owned, name, os.getpid(), ".new")
         return plan
 
     def publish(self, epoch: int, resume: dict[str, Any] | None) -> None:
@@ -72,9 +72,3 @@ class EpochPlan:
     def __repr__(self) -> str:
         return f"EpochPlan({str(self.path) if self.path else 'memory'!r})"
 
-
-def _remove(path: str, owner: int) -> None:
-    if os.getpid() == owner:  # not in a forked worker that inherited the finalizer
-        for name in (path, path + ".new"):
-            with contextlib.suppress(OSError):
-                os.unlink(name)

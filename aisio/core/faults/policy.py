@@ -9,10 +9,13 @@ empty dataset. A stage that skips one sample leaves :data:`SKIPPED` in its place
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import multiprocessing
 import os
 import sys
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -78,10 +81,43 @@ def _library_dirs() -> tuple[str, ...]:
     return tuple(dirs)
 
 
+#: Warnings of this worker process on their way to the training loop (see
+#: :func:`carrying_warnings`), and how many delivery streams carry them now.
+_CARRIED: list[tuple[type[Warning], str]] = []
+_CARRYING = 0
+
+
+@contextlib.contextmanager
+def carrying_warnings() -> Iterator[None]:
+    """While open in a worker process, :func:`warn_in_user_code` keeps its warnings for
+    :func:`carried_warnings` instead of warning there: the stream of deliveries takes them to
+    the training process, which warns at the user's loop (in a worker no frame of the user's
+    exists: the warning named ``multiprocessing/process.py:108``)."""
+    global _CARRYING
+    _CARRYING += 1
+    try:
+        yield
+    finally:
+        _CARRYING -= 1
+
+
+def carried_warnings() -> tuple[tuple[type[Warning], str], ...]:
+    """Returns (and forgets) the warnings kept since the last call, as ``(category,
+    message)``."""
+    taken = tuple(_CARRIED)
+    del _CARRIED[: len(taken)]
+    return taken
+
+
 def warn_in_user_code(message: str, category: type[Warning] = UserWarning) -> None:
     """Warns, attributing the warning to the first frame outside aisio, torch and torchdata
-    (the user's ``for batch in loader:``), not to a DataPipe's iterator hook; in a worker
-    process or thread, where no such frame exists, to the outermost one."""
+    (the user's ``for batch in loader:``), not to a DataPipe's iterator hook. In a worker
+    process whose deliveries carry warnings (:func:`carrying_warnings`) the warning is kept
+    for the training process to give; in a thread, where no frame of the user's exists, it
+    names the outermost one."""
+    if _CARRYING and multiprocessing.parent_process() is not None:
+        _CARRIED.append((category, message))
+        return
     library = _library_dirs()
     frame = sys._getframe(1)
     level = 2  # warnings.warn's stacklevel of our caller's frame

@@ -34,14 +34,18 @@ class ErrorReport:
         self._lock = threading.Lock()
 
     @classmethod
-    def temporary(cls) -> ErrorReport:
-        """Returns a report backed by a new temporary file (shared with worker processes).
+    def temporary(cls, name: str | None = None) -> ErrorReport:
+        """Returns a report backed by a temporary file (shared with worker processes): ``name``,
+        else a new one, named ``aisio-errors-{pid}-...`` for its owner.
 
         The file is deleted when this report object is garbage collected, or when the process
-        exits, whichever is first; copies pickled into worker processes never delete it.
+        exits, whichever is first; copies pickled into worker processes never delete it. The
+        loaders name theirs with :func:`~aisio.core.system.tempfiles.owned_temporary`, which
+        also deletes the files of owners that were killed.
         """
-        fd, name = tempfile.mkstemp(prefix="aisio-errors-", suffix=".jsonl")
-        os.close(fd)
+        if name is None:
+            fd, name = tempfile.mkstemp(prefix=f"aisio-errors-{os.getpid()}-", suffix=".jsonl")
+            os.close(fd)
         report = cls(name)
         weakref.finalize(report, _remove, name, os.getpid())
         return report

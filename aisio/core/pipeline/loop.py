@@ -22,7 +22,7 @@ from aisio.core.faults.policy import check_epoch
 from aisio.core.faults.report import ErrorReport
 from aisio.core.store.sources import ObjectRef
 from aisio.core.transport import ring
-from aisio.core.transport.delivery import Delivery, Failure
+from aisio.core.transport.delivery import Delivery, Failure, give_warnings
 
 OpenEpoch = Callable[[int, "dict[str, Any] | None"], Iterable[Any]]
 
@@ -112,10 +112,12 @@ class ResumableLoader(FollowsTrainer):
         try:
             while True:
                 item = next(items, _END)
+                give_warnings(item)
                 while isinstance(item, Delivery) and item.empty:  # only skipped samples
                     received.add(partial(progress.record, item.positions, item.versions),
                                  batch=False)
                     item = next(items, _END)
+                    give_warnings(item)
                 if self._sync is not None and not self._sync(item is not _END):
                     break  # uneven="drop": a rank ran out, every rank stops here
                 if item is _END:
@@ -156,7 +158,8 @@ class ResumableLoader(FollowsTrainer):
         if not self.resumable:
             raise StateMismatchError(
                 "this loader cannot say what the training loop received (resampled=True or "
-                "post= hides the samples' positions); drop them to checkpoint mid-epoch")
+                "post= hides the samples' positions); drop them to checkpoint mid-epoch, or "
+                "save the epoch number and call set_epoch(epoch) after a restart")
         if self._progress is not None:
             return self._progress.state_dict()
         if self._resume is not None:  # loaded, not started: the same progress, as a state

@@ -26,6 +26,7 @@ from aisio.core.pipeline.stages import SampleStage
 from aisio.core.store.cache import ShardCache
 from aisio.core.store.config import AISConfig, resolve_config
 from aisio.core.store.urls import ETL, to_etl
+from aisio.core.system.tempfiles import owned_temporary
 from aisio.core.system.timing import StageTimes
 
 #: Samples each reading process (worker) holds in its shuffle buffer unless ``shuffle_buffer=``
@@ -148,7 +149,8 @@ class PipelineSpec:
                   else field_names(given.tuple_fields, what="tuple_fields"))
         report = given.report
         if report is None:
-            report = ErrorReport.temporary() if given.on_error != "raise" else ErrorReport()
+            report = (ErrorReport.temporary(owned_temporary("aisio-errors-", ".jsonl"))
+                      if given.on_error != "raise" else ErrorReport())
         decode = given.decode
         return cls(
             config=resolve_config(given.url, given.config, endpoint=given.endpoint),

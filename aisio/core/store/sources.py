@@ -35,6 +35,7 @@ every stage and every worker.
 from __future__ import annotations
 
 import difflib
+import itertools
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -242,19 +243,101 @@ def missing_objects(client: Client, paths: Sequence[AISPath]) -> list[AISPath]:
 
 
 def check_template(client: Client, template: AISPath) -> list[AISPath]:
-    """Returns the template's expansion, or raises ObjectNotFoundError naming every missing one."""
+    """Returns the template's expansion, checked against the bucket with one listing.
+
+    Raises:
+        ObjectNotFoundError: names of the expansion do not exist: every one of them in
+            ``.missing``, and in the message the nearest template (or prefix) that does.
+    """
     paths = list(expand(template))
     missing = missing_objects(client, paths)
     if missing:
         shown = ", ".join(p.obj for p in missing[:_SHOW_MISSING])
         more = f" and {len(missing) - _SHOW_MISSING} more" if len(missing) > _SHOW_MISSING else ""
         raise ObjectNotFoundError(
-            f"template {template.uri()} names {len(missing)} object(s) that do not exist: "
-            f"{shown}{more}; fix the range or upload them",
+            f"template {template.uri()} names {len(missing)} of {len(paths)} object(s) that "
+            f"do not exist: {shown}{more}; {nearest_existing(client, template)}",
             url=template.uri(),
             missing=tuple(p.uri() for p in missing),
         )
     return paths
+
+
+#: Listing pages the "nearest template" hint reads at most (it runs only on an error).
+_HINT_PAGES = 10
+
+
+def nearest_existing(client: Client, template: AISPath) -> str:
+    """Returns what to do about a template whose names are missing: the nearest template of
+    names that exist (``did you mean ais://b/shapes-{0000..0004}.tar``), else the prefix where
+    objects do exist, else "fix the range or upload them". Lists the template's fixed start,
+    else its folder (a few pages at most); a failing listing gives the plain advice."""
+    plain = "fix the range or upload them"
+    head = _BRACE.split(template.obj, maxsplit=1)[0]
+    folder = head[: head.rfind("/") + 1]
+    for prefix in dict.fromkeys((head, folder)):
+        try:
+            pages = client.list_pages(template.bucket, prefix, page_size=_LIST_PAGE)
+            names = [entry["name"] for page in itertools.islice(pages, _HINT_PAGES)
+                     for entry in page]
+        except AISIOError:
+            return plain
+        if not names:
+            continue
+        series = numbered_series(names)
+        if series:
+            best, size = max(series, key=lambda s: (
+                difflib.SequenceMatcher(None, template.obj, s[0]).ratio(), s[1]))
+            return (f"did you mean {template.bucket.uri(best)} ({size} object(s) that exist)? "
+                    f"Or {plain}")
+        return (f"objects exist under {template.bucket.uri(prefix)} ({len(names)}"
+                f"{'+' if len(names) >= _HINT_PAGES * _LIST_PAGE else ''}, e.g. "
+                f"{names[0]}): {plain}")
+    return plain
+
+
+def numbered_series(names: Iterable[str]) -> list[tuple[str, int]]:
+    """Returns each run of consecutive numbered names (same text around digits of one width) as
+    ``(template, how many)``; a name alone in its run is returned as it is.
+
+    Example:
+        >>> numbered_series(["s-0000.tar", "s-0001.tar", "s-0003.tar", "x.txt"])
+        [('s-{0000..0001}.tar', 2), ('s-0003.tar', 1)]
+    """
+    groups: dict[tuple[str, int, str], set[int]] = {}
+    for name in names:
+        match = _NUMBERED.match(name)
+        if match:
+            head, digits, tail = match.groups()
+            groups.setdefault((head, len(digits), tail), set()).add(int(digits))
+    series: list[tuple[str, int]] = []
+    for (head, width, tail), numbers in groups.items():
+        ordered = sorted(numbers)
+        start = 0
+        for at in range(1, len(ordered) + 1):
+            if at == len(ordered) or ordered[at] != ordered[at - 1] + 1:
+                first, last = ordered[start], ordered[at - 1]
+                series.append((f"{head}{first:0{width}d}{tail}" if first == last else
+                               f"{head}{{{first:0{width}d}..{last:0{width}d}}}{tail}",
+                               at - start))
+                start = at
+    return series
+
+
+def templates_of(sources: Sequence[Source]) -> tuple[Source, ...]:
+    """Returns the templates among resolved sources (what :func:`check_templates` checks)."""
+    return tuple(source for source in sources if source.kind == "template")
+
+
+def check_templates(client: Client, templates: Iterable[Source]) -> None:
+    """Checks that every name of each template exists (one listing per template), before a
+    loader's first batch rather than when its epoch reaches the first missing shard.
+
+    Raises:
+        ObjectNotFoundError: see :func:`check_template`.
+    """
+    for source in templates:
+        check_template(client, source.path)
 
 
 def objects(source: Source, client: Client | None = None, *, check: bool = False,

@@ -23,7 +23,12 @@ from typing import Any
 
 from aisio.core.epochs.progress import Position, Positions
 from aisio.core.faults.errors import AISIOError
-from aisio.core.faults.policy import SKIPPED
+from aisio.core.faults.policy import (
+    SKIPPED,
+    carried_warnings,
+    carrying_warnings,
+    warn_in_user_code,
+)
 from aisio.core.transport import ring
 
 POSITION = "__pos__"
@@ -42,19 +47,22 @@ class Delivery:
     shard's last sample. Pickled (on its way from a worker), they travel compactly, as
     :class:`~aisio.core.epochs.progress.Positions`; within one process they stay as they are.
     ``versions`` names the content of the shards the samples come from (shard index ->
-    content id), where known.
+    content id), where known. ``warned``: the warnings a worker gave while making it
+    (``(category, message)``), for the training process to give (:func:`give_warnings`).
     """
 
-    __slots__ = ("empty", "positions", "value", "versions")
+    __slots__ = ("empty", "positions", "value", "versions", "warned")
 
     def __init__(self, value: Any, positions: Sequence[Position] | Positions,
-                 empty: bool = False, versions: dict[int, str] | None = None) -> None:
+                 empty: bool = False, versions: dict[int, str] | None = None,
+                 warned: tuple[tuple[type[Warning], str], ...] = ()) -> None:
         #: the item; on arrival from a worker maybe still in shared memory (see :meth:`unpack`)
         self.value = value
         self.positions = positions
         #: True when it carries only the positions of skipped samples, nothing to yield
         self.empty = empty
         self.versions = versions
+        self.warned = warned
 
     def unpack(self) -> Any:
         """Returns the value, copied out of shared memory if it came through there."""
@@ -69,7 +77,7 @@ class Delivery:
             value = self.value.open(pin=_can_pin())
         else:
             value = _pinned(self.value, device) if _can_pin() else self.value
-        return Delivery(value, self.positions, self.empty, self.versions)
+        return Delivery(value, self.positions, self.empty, self.versions, self.warned)
 
     def compact(self) -> Positions:
         """Returns the positions as :class:`~aisio.core.epochs.progress.Positions` (what is
@@ -79,7 +87,8 @@ class Delivery:
         return self.positions
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Delivery, (self.value, self.compact(), self.empty, self.versions))
+        return (Delivery, (self.value, self.compact(), self.empty, self.versions,
+                           self.warned))
 
     def __repr__(self) -> str:
         return f"Delivery({len(self.positions)} sample(s))"
@@ -91,9 +100,10 @@ def _to_another_process(delivery: Delivery) -> tuple[Any, ...]:
     if not delivery.empty and type(delivery.value) is not ring.Shipped:
         shipped = ring.export(delivery.value)
         if shipped is not None:
-            return (Delivery, (shipped, delivery.compact(), False, delivery.versions))
+            return (Delivery, (shipped, delivery.compact(), False, delivery.versions,
+                               delivery.warned))
         return (Delivery, (ring.by_value(delivery.value), delivery.compact(), False,
-                           delivery.versions))
+                           delivery.versions, delivery.warned))
     return delivery.__reduce__()
 
 
@@ -124,11 +134,13 @@ class Failure:
     loader's worker protocol rebuilds from its message. ``traceback``: the worker's, as text,
     when it was raised in another process (it becomes the error's ``__cause__``)."""
 
-    __slots__ = ("error", "traceback")
+    __slots__ = ("error", "traceback", "warned")
 
-    def __init__(self, error: AISIOError, traceback: str | None = None) -> None:
+    def __init__(self, error: AISIOError, traceback: str | None = None,
+                 warned: tuple[tuple[type[Warning], str], ...] = ()) -> None:
         self.error = error
         self.traceback = traceback
+        self.warned = warned
 
     @classmethod
     def of(cls, error: AISIOError) -> Failure:
@@ -145,16 +157,43 @@ class Failure:
         return cls(error, f"in worker process {os.getpid()}:\n{text}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Failure, (self.error, self.traceback))
+        return (Failure, (self.error, self.traceback, self.warned))
 
 
-def ship_errors(items: Iterable[Any]) -> Iterator[Any]:
+def ship_errors(items: Iterable[Any], *, warnings: bool = False) -> Iterator[Any]:
     """Yields ``items``; an :class:`~aisio.AISIOError` they raise ends them as a last
-    :class:`Failure` item (see :class:`~aisio.core.pipeline.loop.ResumableLoader`)."""
-    try:
-        yield from items
-    except AISIOError as exc:
-        yield Failure.of(exc)
+    :class:`Failure` item (see :class:`~aisio.core.pipeline.loop.ResumableLoader`).
+
+    With ``warnings`` (items that are deliveries), aisio's warnings given in a worker process
+    while an item was made travel with it (``warned``), and those after the last in an empty
+    delivery: the training process gives them at the user's loop (:func:`give_warnings`).
+    """
+    if not warnings:
+        try:
+            yield from items
+        except AISIOError as exc:
+            yield Failure.of(exc)
+        return
+    with carrying_warnings():
+        try:
+            for item in items:
+                if isinstance(item, Delivery):
+                    item.warned += carried_warnings()
+                yield item
+        except AISIOError as exc:
+            failure = Failure.of(exc)
+            failure.warned = carried_warnings()
+            yield failure
+            return
+        left = carried_warnings()
+        if left:
+            yield Delivery(None, [], empty=True, warned=left)
+
+
+def give_warnings(item: Any) -> None:
+    """Gives the warnings a delivery or failure carries from a worker, at the user's loop."""
+    for category, message in getattr(item, "warned", ()) or ():
+        warn_in_user_code(message, category)
 
 
 class Positioned:
@@ -235,5 +274,6 @@ __all__ = [
     "Positioned",
     "batch_delivery",
     "deliveries",
+    "give_warnings",
     "ship_errors",
 ]

@@ -6,6 +6,7 @@ import fcntl
 import multiprocessing
 import os
 import queue
+from pathlib import Path
 
 from aisio.runtime.workers import pipe_size, widen_pipe
 
@@ -48,3 +49,45 @@ def test_what_has_no_pipe_to_widen_is_left_as_it_is() -> None:
     assert not widen_pipe(queue.Queue())  # a thread queue
     assert not widen_pipe(closed)
     closed.close()
+
+
+class _Finalized:
+    """Records in a file which process finalized it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.cycle = self  # only the collector frees it
+
+    def __del__(self) -> None:
+        with open(self.path, "a") as out:
+            out.write(f"{os.getpid()}\n")
+
+
+def _collect_in_child() -> None:
+    import gc
+
+    from aisio.runtime.workers import keep_inherited
+
+    keep_inherited()
+    gc.collect()
+
+
+def test_the_training_process_garbage_is_never_finalized_in_a_worker(tmp_path: Path) -> None:
+    import gc
+
+    from aisio.runtime.workers import collect_before_fork
+
+    log = tmp_path / "finalized"
+    gc.disable()  # the garbage below waits for a collection, as a dropped loader may
+    try:
+        _Finalized(str(log))
+        worker = multiprocessing.get_context("fork").Process(target=_collect_in_child)
+        worker.start()
+        worker.join(10)
+        # a worker that collected it would have finalized the parent's object
+        assert not log.exists()
+        _Finalized(str(log))
+        collect_before_fork()
+        assert log.read_text().split() == [str(os.getpid())] * 2  # here, both
+    finally:
+        gc.enable()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 from typing import Any
@@ -14,7 +15,9 @@ from aisio.core.store.sources import (
     ObjectRef,
     Source,
     as_sources,
+    check_template,
     count,
+    numbered_series,
     objects,
     one_object,
     resolve,
@@ -96,3 +99,42 @@ def test_one_object_refuses_prefixes_and_templates(name: str) -> None:
     with pytest.raises(aisio.InvalidURLError, match="is not one object"):
         one_object(name)
     assert one_object("ais://b/x.tar") == AISPath(B, "x.tar")
+
+
+def _listing(*names: str) -> Any:
+    from tests.unit.core.store.scripted import answer
+
+    return answer(200, json.dumps({"entries": [{"name": n} for n in names]}).encode(),
+                  {"Content-Type": "application/json"})
+
+
+def test_a_whole_template_is_checked_with_one_listing() -> None:
+    from tests.unit.core.store.scripted import scripted_client
+
+    client, transport = scripted_client(_listing(*[f"s-{i}.tar" for i in range(3)]))
+    assert [p.obj for p in check_template(client, AISPath(B, "s-{0..2}.tar"))] == [
+        "s-0.tar", "s-1.tar", "s-2.tar"]
+    assert len(transport.seen) == 1  # one listing, not one HEAD per name
+
+
+@pytest.mark.parametrize(("template", "missing"), [
+    ("shapes-{000..004}.tar", [f"shapes-{i:03d}.tar" for i in range(5)]),  # digits too few
+    ("shapes-{0000..0009}.tar", [f"shapes-{i:04d}.tar" for i in range(5, 10)]),  # too many
+])
+def test_a_template_that_misses_names_every_absent_name_and_the_nearest_that_exists(
+        template: str, missing: list[str]) -> None:
+    from tests.unit.core.store.scripted import scripted_client
+
+    present = [f"shapes-{i:04d}.tar" for i in range(5)] + ["labels.json"]
+    client, _ = scripted_client(_listing(*present), _listing(*present))
+    with pytest.raises(aisio.ObjectNotFoundError) as info:
+        check_template(client, AISPath(B, template))
+    assert info.value.missing == tuple(f"ais://b/{name}" for name in missing)
+    assert "did you mean ais://b/shapes-{0000..0004}.tar (5 object(s) that exist)" in str(
+        info.value)
+
+
+def test_numbered_series_are_runs_of_one_width() -> None:
+    names = ["a-01.tar", "a-02.tar", "a-04.tar", "a-003.tar", "b.txt"]
+    assert sorted(numbered_series(names)) == [("a-003.tar", 1), ("a-04.tar", 1),
+                                              ("a-{01..02}.tar", 2)]
