@@ -8,6 +8,9 @@ playground it starts), and times, each in a fresh process, these arms:
 - ``parse``: ``AISFileLoader([shard]).ais_parse_webdataset()``;
 - ``resumable``: the same over a ``ShardTask`` (the resumable loaders' path: every sample
   carries its position);
+- ``loader`` / ``loader-noshuffle``: ``webdataset_dataloader`` in one process, batches of
+  64 with the labels decoded and collated (``tuple_fields=("jpg", "cls")``), with its
+  default sample shuffle and without (what a user of the one-call loader gets);
 - ``local`` / ``local-resumable``: ``WebDatasetParser`` over the shard in a ``BytesIO`` (the
   parser alone, no network).
 
@@ -46,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
-ARMS = ("raw", "parse", "resumable", "local", "local-resumable")
+ARMS = ("raw", "parse", "resumable", "loader", "loader-noshuffle", "local", "local-resumable")
 
 
 # ---- the shard --------------------------------------------------------------------------------
@@ -97,6 +100,13 @@ def _arm(name: str, endpoint: str, uri: str, local: bytes) -> Callable[[], int]:
             count += "__pos__" in sample
         return count
 
+    def loader(**options: Any) -> int:
+        # what a user calls: batches of 64, labels decoded and collated, payloads as bytes
+        one_call = aisio.webdataset_dataloader(
+            uri, url=endpoint, num_workers=0, batch_size=64, seed=0,
+            decode=aisio.Decoder(None, only=["cls"]), tuple_fields=("jpg", "cls"), **options)
+        return sum(len(labels) for _, labels in one_call)
+
     def local_parse() -> int:
         return sum(1 for _ in aisio.WebDatasetParser([(uri, io.BytesIO(local))]))
 
@@ -104,7 +114,8 @@ def _arm(name: str, endpoint: str, uri: str, local: bytes) -> Callable[[], int]:
         pairs = [(task(), io.BytesIO(local))]
         return sum("__pos__" in sample for sample in aisio.WebDatasetParser(pairs))
 
-    arms = {"raw": raw, "parse": parse, "resumable": resumable, "local": local_parse,
+    arms = {"raw": raw, "parse": parse, "resumable": resumable, "loader": loader,
+            "loader-noshuffle": lambda: loader(shuffle_buffer=0), "local": local_parse,
             "local-resumable": local_resumable}
     return arms[name]
 

@@ -35,6 +35,12 @@ def server() -> Iterator[subprocess.Popen[bytes]]:
     as aisio.localetl starts one); it serves nothing, and reads never reach it here."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
                              "-m", routing.SERVER_MARKER])
+    # Popen returns once the child has exec'd, a moment before the kernel fills in its
+    # /proc/<pid>/cmdline (read empty, it looks like a zombie): wait for it, boundedly.
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    for _ in range(10_000):
+        if cmdline.read_bytes():
+            break
     yield proc
     proc.kill()
     proc.wait()
