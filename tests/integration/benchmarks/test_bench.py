@@ -8,6 +8,7 @@ positive rate, and that the memory and keep-up sections and the target verdicts 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +37,14 @@ def test_quick_suite_writes_table_json_and_plot(ais_endpoint: str, tmp_path: Pat
     for name, workload in report["workloads"].items():
         assert [arm["arm"] for arm in workload["arms"]] == list(ARMS[workload["kind"]])
         for arm in workload["arms"]:
-            assert arm["mb_per_s"] > 0 and arm["samples_per_s"] > 0, (name, arm["label"])
+            # the rates are the dataset's bytes and samples (what each pass was checked to read)
+            # over the median pass: one pass of the dataset, or a whole number of epochs
+            assert arm["median_s"] == statistics.median(arm["times"]), (name, arm["label"])
+            passes = arm["samples_per_s"] * arm["median_s"] / workload["samples"]
+            expected = 1 if workload["kind"] != "epochs" else round(passes)
+            assert expected >= 1 and passes == pytest.approx(expected), (name, arm["label"])
+            assert arm["mb_per_s"] * 1e6 * arm["median_s"] == pytest.approx(
+                workload["nbytes"] * expected), (name, arm["label"])
             assert arm["peak_rss_mb"] > 0, (name, arm["label"])
             if workload["kind"] == "epochs":  # no raw read to compare with: rates per epoch
                 long = arm["arm"].endswith("-long")

@@ -257,8 +257,11 @@ def test_preview_marks_a_corrupt_image_and_head_shows_a_truncated_shards_good_sa
     assert "does not decode: s001.png" in err
     code, out, err = cli("head", bucket.uri("cut.tar"), "-n", "20")
     lines = out.decode().splitlines()
-    assert code == 1 and lines[1].startswith("s000") and len(lines) >= 4
-    assert "could be read" in err and "truncated" in err
+    # every whole sample before the cut, in order, and not the one it cuts (s004)
+    assert code == 1 and [line.split()[0] for line in lines[1:-1]] == [
+        "s000", "s001", "s002", "s003"], lines
+    assert lines[-1].startswith("4 sample(s)")
+    assert "only 4 sample(s)" in err and "truncated" in err and "'s004.png'" in err
 
 
 def test_put_uploads_folders_in_parallel_and_a_rerun_resumes(

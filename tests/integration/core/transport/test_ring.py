@@ -96,16 +96,23 @@ def test_deliveries_arrive_equal_through_shared_memory_and_leave_nothing() -> No
 
 
 def test_a_full_ring_falls_back_to_pickling(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With one slot and 4 deliveries in flight, most are pickled; all arrive equal, in order."""
+    """With one slot, the training loop holds the first delivery unopened (its slot in flight)
+    while the next three arrive: they are pickled, never wait for the slot; all arrive equal,
+    in order. No timing: only the training loop frees the slot."""
     monkeypatch.setattr(ring, "SLOTS", 1)
     loader = DataLoader(Prepared(24), batch_size=None, num_workers=1, prefetch_factor=4,
                         collate_fn=_as_is)
-    kinds = []
+    kinds, held = [], []
     for step, item in enumerate(loader):
         kinds.append(type(item.value) is ring.Shipped)
-        time.sleep(0.01)  # a slow step: the worker runs ahead and finds the slot in flight
-        assert same(item.unpack(), batch(step)), step
-    assert any(kinds) and not all(kinds), kinds
+        held.append(item)
+        if step < 3:
+            continue  # the first delivery stays unopened until the fourth has arrived
+        for at, waiting in enumerate(held, start=step + 1 - len(held)):
+            assert same(waiting.unpack(), batch(at)), at
+        held.clear()
+    assert kinds[:4] == [True, False, False, False], kinds
+    assert any(kinds[4:]), kinds  # the freed slot is used again
 
 
 KILL_WORKER = """
