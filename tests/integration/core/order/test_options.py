@@ -108,9 +108,6 @@ def test_the_kept_options_run_in_the_deterministic_order(
     assert totals["parse_n"] > 0 and totals["decode_n"] > 0, totals
 
 
-@pytest.mark.xfail(strict=True, raises=aisio.ObjectChangedError, reason=(
-    "a shard read through an ETL into a ShardCache is recorded under the object's version, "
-    "and its resume through the ETL compares that with the transformed answer's size"))
 def test_etl_with_a_cache_resumes_in_the_deterministic_order(
         ais_client: Client, bucket: Bucket, tmp_path: Path, ais_endpoint: str,
         etl_calls: Path) -> None:
