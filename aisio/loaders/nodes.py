@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import random
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
@@ -68,7 +68,8 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
 
     def __init__(self, tasks: Sequence[ShardTask], spec: PipelineSpec, *, seed: int = 0) -> None:
         super().__init__()
-        self.tasks = list(tasks)
+        #: the shards to read: a list, or an endless draw (``resampled=True``)
+        self.tasks: Iterable[ShardTask] = list(tasks)
         self.spec = spec
         self.seed = seed
         #: how many samples to yield at most (None: every sample of the tasks)

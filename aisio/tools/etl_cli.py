@@ -153,7 +153,8 @@ def _stop(args: argparse.Namespace, config: AISConfig) -> int:
 
 
 def _describe(fields: dict[str, bytes]) -> str:
-    """Returns ``jpg 32x32 1.2 KiB, cls 1 B``: sizes, and the dimensions of images."""
+    """Returns ``jpg 32x32 RGB 1.2 KiB, cls 1 B``: sizes, and the dimensions and mode (``RGB``,
+    ``L``: what a grayscale transform changes) of images."""
     from aisio.tools.preview import is_image_field
 
     parts = []
@@ -164,7 +165,7 @@ def _describe(fields: dict[str, bytes]) -> str:
                 from PIL import Image
 
                 with Image.open(io.BytesIO(data)) as image:
-                    dims = f" {image.width}x{image.height}"
+                    dims = f" {image.width}x{image.height} {image.mode}"
             except Exception:  # an undecodable image is shown by its size alone
                 dims = " (not an image)"
         parts.append(f"{name}{dims} {human_bytes(len(data))}")

@@ -11,9 +11,10 @@ from aistore.sdk.etl.webserver.http_multi_threaded_server import HTTPMultiThread
 
 
 class UpperText(HTTPMultiThreadedServer):
-    """Upper-cases the ``.txt`` members of a tar shard (``etl_args`` is appended to each); other
-    members are kept as they are. A shard named ``bad-*`` makes the transform raise. Each call
-    appends its path to the file ``AISIO_TEST_ETL_CALLS`` names, when set (tests count them)."""
+    """Upper-cases the ``.txt`` members of a tar shard (``etl_args`` is appended to each) and
+    turns its ``.png`` images grayscale (mode ``L``); other members are kept as they are. A
+    shard named ``bad-*`` makes the transform raise. Each call appends its path to the file
+    ``AISIO_TEST_ETL_CALLS`` names, when set (tests count them)."""
 
     def transform(self, data: bytes, path: str, etl_args: str) -> bytes:
         calls = os.environ.get("AISIO_TEST_ETL_CALLS")
@@ -30,6 +31,12 @@ class UpperText(HTTPMultiThreadedServer):
                 payload = body.read() if body is not None else b""
                 if member.name.endswith(".txt"):
                     payload = payload.upper() + etl_args.encode()
+                elif member.name.endswith(".png"):
+                    from PIL import Image
+
+                    gray = io.BytesIO()
+                    Image.open(io.BytesIO(payload)).convert("L").save(gray, format="PNG")
+                    payload = gray.getvalue()
                 member.size = len(payload)
                 dst.addfile(member, io.BytesIO(payload))
         return out.getvalue()

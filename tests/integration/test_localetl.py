@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,7 +42,7 @@ def upper(ais_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def _png(value: int) -> bytes:
     out = io.BytesIO()
-    Image.new("L", (8, 8), value).save(out, format="PNG")
+    Image.new("RGB", (8, 8), (value,) * 3).save(out, format="PNG")  # gray, stored RGB
     return out.getvalue()
 
 
@@ -114,6 +116,17 @@ def test_cli_cat_head_preview_and_show_through_the_local_etl(
     assert cli(["etl", "show", NAME, shard, "--args", "?", *at]) == 0
     out = capsysbinary.readouterr().out.decode()
     assert "ORIGINAL" in out and "png 8x8" in out and "txt 25 B" in out and "txt 26 B" in out
+
+
+def test_the_aisio_command_shows_the_image_mode_before_and_after_the_etl(
+        upper: LocalETL, shards: str, ais_endpoint: str) -> None:
+    shard = shards.replace("{0000..0002}", "0001")
+    command = Path(sys.executable).with_name("aisio")
+    done = subprocess.run([str(command), "etl", "show", NAME, shard, "--endpoint", ais_endpoint],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if "text-0001/s0" in line)
+    assert "png 8x8 RGB" in row and "png 8x8 L " in row  # what a grayscale transform changes
 
 
 def test_a_cluster_without_the_named_etl_still_raises(upper: LocalETL, shards: str,

@@ -35,3 +35,27 @@ def test_readme_python_snippets_import_what_they_use() -> None:
     context = {"aisio", "torch", "model", "shards"}
     for code in blocks:
         assert _free_names(code) <= context, (_free_names(code) - context, code[:80])
+
+
+def test_the_readme_decode_table_says_what_a_batch_is() -> None:
+    import io
+    import re
+
+    import numpy as np
+    from PIL import Image
+    from torch.utils.data import default_collate
+
+    from aisio.core.format.decode import Decoder
+
+    rows = re.findall(r'^\| `"(\w+)"` \| `(\w+)` \| `\(([^)]*)\)` \|',
+                      (ROOT / "README.md").read_text(), re.M)
+    assert {spec for spec, _, _ in rows} >= {"torchrgb", "torchl"}
+    png = io.BytesIO()
+    Image.fromarray(np.zeros((5, 7, 3), np.uint8)).save(png, format="PNG")
+    sizes = {"B": 2, "H": 5, "W": 7, "3": 3}
+    for spec, dtype, shape in rows:
+        images = [Decoder(spec)({"__key__": "k", "png": png.getvalue()})["png"]
+                  for _ in range(2)]
+        batch = default_collate(images)
+        assert str(batch.dtype).endswith(dtype), spec
+        assert tuple(batch.shape) == tuple(sizes[n.strip()] for n in shape.split(",")), spec

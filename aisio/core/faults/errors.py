@@ -35,6 +35,7 @@ worker process reaches the training process intact. Four families, by what the u
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -246,13 +247,18 @@ BAD_SHARD_HINT = "re-upload the shard or read it with on_error='skip'"
 
 
 def skipped_reason(error: BaseException | str) -> str:
-    """Returns the error's message as a skip warning shows it: without the advice to skip.
+    """Returns the error's message as a skip warning or record shows it: without the advice
+    to skip, which was taken.
 
     Example:
         >>> skipped_reason(ShardFormatError(f"s.tar is truncated; {BAD_SHARD_HINT}"))
         's.tar is truncated; re-upload the shard'
     """
-    return str(error).replace(BAD_SHARD_HINT, "re-upload the shard")
+    return _SKIP_ADVICE.sub("", str(error))
+
+
+#: The advice to skip, in each of the forms messages give it (:func:`skipped_reason`).
+_SKIP_ADVICE = re.compile(r",? or (?:read it|skip such \w+) with on_error='skip'")
 
 
 def is_skippable(error: BaseException) -> bool:

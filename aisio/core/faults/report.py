@@ -12,6 +12,8 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from aisio.core.faults.errors import skipped_reason
+
 
 class ErrorReport:
     """Records of what ``on_error="skip"``/``"warn"`` left out; readable from any process.
@@ -69,7 +71,7 @@ class ErrorReport:
             "samples": samples,
             "given_up": getattr(error, "given_up", None),
             "error": type(error).__name__,
-            "reason": str(error),
+            "reason": skipped_reason(error),  # without the advice to skip: it was taken
         }
         if self.path is None:
             with self._lock:

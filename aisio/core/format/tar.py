@@ -14,6 +14,7 @@ member.
 from __future__ import annotations
 
 import io
+import re
 import struct
 import time
 import zlib
@@ -595,8 +596,12 @@ def _member_size(
     return size
 
 
-def _read_data(src: _Source, size: int, padded: int, name: str, url: str | None) -> bytes:
-    """Returns the ``size`` data bytes of member ``name`` and consumes its padding."""
+def _read_data(src: _Source, size: int, padded: int, name: str, url: str | None,
+               *, header: bool = False) -> bytes:
+    """Returns the ``size`` data bytes of member ``name`` and consumes its padding. With
+    ``header`` the record is a pax extended header: a truncation names the member it
+    describes (its ``path`` record, when the bytes that arrived hold it), not the header's
+    placeholder name (``././@PaxHeader``)."""
     start = src.offset
     data = src.take(size)
     if len(data) == size:
@@ -606,14 +611,28 @@ def _read_data(src: _Source, size: int, padded: int, name: str, url: str | None)
         got = src.offset - start
     else:
         got = len(data)
+    where = f"inside member {name!r}"
+    member: str | None = name
+    if header:
+        member = _pax_path(data)
+        where = (f"inside the extended header of member {member!r}" if member is not None
+                 else "inside an extended header, before the member it names")
     raise _error(
         url,
         start + got,
-        f"is truncated at byte {start + got} inside member {name!r} "
-        f"(expected {padded - got} more bytes)",
+        f"is truncated at byte {start + got} {where} (expected {padded - got} more bytes)",
         _HINT_TRUNCATED,
-        name,
+        member,
     )
+
+
+_PAX_PATH = re.compile(rb"(?:^|\n)\d+ path=([^\n]*)\n")
+
+
+def _pax_path(data: bytes) -> str | None:
+    """Returns the ``path`` record of a pax header's first bytes, if it arrived whole."""
+    match = _PAX_PATH.search(data)
+    return _decode_name(match.group(1)) if match else None
 
 
 def _read_extension(
@@ -645,7 +664,7 @@ def _read_extension(
             _HINT_CORRUPT,
         )
     if is_meta:
-        data = _read_data(src, size, padded, name, url)
+        data = _read_data(src, size, padded, name, url, header=typeflag == _PAX_HEADER)
         if pending.offset is None:
             pending.offset = offset
         if typeflag == _GNU_LONGNAME:

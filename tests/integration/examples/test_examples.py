@@ -179,7 +179,6 @@ def test_notebook_is_stored_without_outputs() -> None:
         assert cell.outputs == [] and cell.execution_count is None, cell.source[:60]
 
 
-@needs_dataloader2
 def test_notebook_runs_end_to_end(ais_endpoint: str, tmp_path: Path) -> None:
     # As a user runs it (README: make notebook, or headless with nbconvert): the venv's own
     # jupyter and kernel, which import this checkout's aisio with no PYTHONPATH help.
@@ -200,7 +199,11 @@ def test_notebook_runs_end_to_end(ais_endpoint: str, tmp_path: Path) -> None:
     grid = 'aisio.tools.show_samples(f"ais://{BUCKET}/photos-03.tar", 6, endpoint=endpoint)'
     assert "image/png" in by_type[grid]
     printed = "".join(o.get("text", "") for outs in outputs.values() for o in outs)
-    assert re.search(r"one epoch: (\d+) samples of \1\b", printed)
+    assert re.search(r"one epoch: (\d+) samples of \1 \(16 before the checkpoint", printed)
+    # it teaches the resumable one-call loader and shows its state, not make_loader
+    assert "make_loader" not in "".join(cell.source for cell in nb.cells)
+    state = next(outs for line, outs in outputs.items() if line.startswith("n_shards"))
+    assert "'delivered': 16" in "".join(o.get("data", {}).get("text/plain", "") for o in state)
     html = next(o["data"]["text/html"] for o in outputs["samples[0]"])
     assert 'src="data:image/png;base64,' in html
 

@@ -34,3 +34,19 @@ def test_no_temporary_file_is_left_at_exit(tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
     assert list(tmp_path.glob("aisio-errors-*")) == []
+
+
+def test_a_skip_record_and_warning_do_not_advise_skipping_what_was_skipped() -> None:
+    from aisio.core.faults.errors import BAD_SHARD_HINT, ShardFormatError, skipped_reason
+    from aisio.core.format.decode import to_tuple
+
+    report = ErrorReport()
+    record = report.record(ShardFormatError(f"shard s.tar is truncated; {BAD_SHARD_HINT}",
+                                            url="ais://b/s.tar"))
+    assert record["reason"] == "shard s.tar is truncated; re-upload the shard"
+    try:
+        to_tuple({"__key__": "k", "png": b""}, "cls")
+    except AISIOError as exc:
+        missing = exc
+    assert "on_error" in str(missing)  # the error itself still says how to skip
+    assert "on_error" not in skipped_reason(missing)

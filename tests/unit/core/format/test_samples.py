@@ -312,3 +312,28 @@ def test_a_reader_closed_unfinished_adds_nothing_to_the_stage_times(fast: bool) 
     assert sum(1 for _ in iter_samples(io.BytesIO(out.getvalue()), url="s.tar", fast=fast)) == 10
     assert timing.snapshot()["parse_n"] == 20
     timing.reset()
+
+
+def test_a_cut_in_a_pax_header_names_the_member_and_gives_up_its_sample() -> None:
+    """Python's tarfile names each pax extended header '././@PaxHeader'; a shard cut inside
+    one names the member the header describes, and the sample that member belongs to."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for key in ("k0", "k1"):
+            for ext in ("cls", "png"):
+                data = f"{key}.{ext}".encode()
+                info = tarfile.TarInfo(f"shapes/{key}.{ext}")
+                info.size = len(data)
+                info.pax_headers = {"path": info.name, "comment": "c" * 300}
+                tar.addfile(info, io.BytesIO(data))
+    raw = buf.getvalue()
+    cut = raw.index(b"path=shapes/k1.png") + 40  # inside k1.png's pax header
+    got: list[dict[str, Any]] = []
+    with pytest.raises(ShardFormatError) as info:
+        got.extend(group_samples(iter_tar(io.BytesIO(raw[:cut]), url="ais://b/s.tar"),
+                                 url="ais://b/s.tar"))
+    assert "PaxHeader" not in str(info.value)
+    assert info.value.member == "shapes/k1.png"
+    assert "extended header of member 'shapes/k1.png'" in str(info.value)
+    assert [s["__key__"] for s in got] == ["shapes/k0"]
+    assert info.value.given_up == "shapes/k1"  # type: ignore[attr-defined]
