@@ -23,11 +23,15 @@ of aisio's resumable loaders, as a real training loop would, checkpointing on th
   a crash at a known step (all ranks stop at the same step).
 * ``--ckpt-from-epoch E``: checkpoint (and ``--sleep``) only from the job's E-th epoch (0-based)
   on: a crash in a later epoch, on workers that served the earlier ones.
-* ``--sleep`` slows each step down (to leave the test time to SIGKILL the job mid-epoch).
+* ``--sleep`` slows each step down.
+* ``--pause-after N``: ``N`` batches after its first checkpoint the job writes ``DIR/paused``
+  and waits (at most ``--max-pause`` seconds, then fails) for the test to SIGKILL it: a kill
+  mid-epoch at a known step, which the job cannot outrun.
 * ``--epochs``: how many epochs to run (the first may be a resumed one).
 * ``--order deterministic`` (with ``--streams K``): the loader's deterministic order;
-  ``--batch-size`` is then the global batch. Each batch's keys are also appended, as a JSON
-  list per line, to ``DIR/batches-rank<R>.jsonl`` (to merge the ranks' batches round by round).
+  ``--batch-size`` is then the global batch.
+* Each batch's keys are also appended, as ``[epoch, [keys]]`` per line, to
+  ``DIR/batches-rank<R>.jsonl`` (to merge the ranks' batches round by round, or compare them).
 * At the end, ``DIR/done-rank<R>.json`` gets the batch count of every epoch.
 """
 
@@ -88,6 +92,8 @@ def main() -> None:
     parser.add_argument("--ckpt-from-epoch", type=int, default=0)
     parser.add_argument("--stop-after", type=int, default=0)
     parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--pause-after", type=int, default=0)
+    parser.add_argument("--max-pause", type=float, default=120.0)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--max-steps", type=int, default=10_000)  # bounds every loop
     parser.add_argument("--ckpt-by-file", action="store_true")
@@ -109,6 +115,8 @@ def main() -> None:
             loader.load_state_dict(json.load(fh)["ranks" if args.resume_ranks else "state"])
     keys_path = os.path.join(args.out, f"keys-rank{args.rank}.txt")
     written = 0
+    first_ckpt: int | None = None  # the global step of the first checkpoint
+    steps = 0
     by_step: dict[str, Any] = {}
     batches: list[int] = []
     batches_path = os.path.join(args.out, f"batches-rank{args.rank}.jsonl")
@@ -118,14 +126,14 @@ def main() -> None:
             step = 0
             for keys, _labels in loader:
                 step += 1
+                steps += 1
                 if step > args.max_steps:
                     raise SystemExit(f"more than {args.max_steps} steps in an epoch")
                 out.write("".join(f"{epoch}\t{key}\n" for key in keys))
                 out.flush()
                 os.fsync(out.fileno())
-                if args.order != "fast":
-                    batch_log.write(json.dumps([epoch, list(keys)]) + "\n")
-                    batch_log.flush()
+                batch_log.write(json.dumps([epoch, list(keys)]) + "\n")
+                batch_log.flush()
                 written += len(keys)
                 if (args.ckpt_by_file and args.every and step % args.every == 0
                         and step <= args.ckpt_until):
@@ -152,6 +160,12 @@ def main() -> None:
                         write_atomic(args.ckpt, {"state": state, "ranks": ranks,
                                                  "counts": counts, "step": step,
                                                  "epoch": epoch, "time": time.time()})
+                    first_ckpt = steps if first_ckpt is None else first_ckpt
+                if (args.pause_after and first_ckpt is not None
+                        and steps - first_ckpt == args.pause_after):
+                    write_atomic(os.path.join(args.out, "paused"), {"step": step})
+                    time.sleep(args.max_pause)  # the test kills the job meanwhile
+                    raise SystemExit(f"not killed within {args.max_pause} s of pausing")
                 if args.stop_after and step >= args.stop_after and not batches:
                     if args.world > 1:
                         dist.barrier()  # no rank dies inside another's collective

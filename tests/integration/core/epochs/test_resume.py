@@ -149,23 +149,21 @@ def _kill_group(proc: Job | subprocess.Popen[Any]) -> None:
     proc.wait(timeout=30)
 
 
-def _kill_after_checkpoint(cmd: list[str], out: Path, ckpt: Path, more: int) -> None:
-    """Runs the job ``cmd`` (its keys and stderr in ``out``), and SIGKILLs its process group
-    (the job and its workers, at once) once its first checkpoint exists and it has logged
-    ``more`` samples since: mid-epoch, past a checkpoint, as a preemption would."""
+def _kill_after_checkpoint(cmd: list[str], out: Path, more: int) -> None:
+    """Runs the job ``cmd`` (its keys and stderr in ``out``) until it has taken ``more``
+    batches past its first checkpoint and paused there (``--pause-after``: it waits to be
+    killed, so it cannot finish first), then SIGKILLs its process group (the job and its
+    workers, at once): mid-epoch, past a checkpoint, as a preemption would."""
     out.mkdir(exist_ok=True)
-    proc = popen(cmd, out / "stderr.txt")
+    proc = popen([*cmd, "--pause-after", str(more)], out / "stderr.txt")
     try:
         deadline = time.monotonic() + JOB_TIMEOUT
-        target = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            if target is None and ckpt.exists():
-                target = len(_keys(out)) + more
-            if target is not None and len(_keys(out)) >= target:
-                break
-            time.sleep(0.01)
-        assert proc.poll() is None, (f"the job ended before it was killed (rc {proc.returncode})"
-                                     f": {(out / 'stderr.txt').read_text()[-2000:]}")
+        while (not (out / "paused").exists() and proc.poll() is None
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+        assert (out / "paused").exists(), (
+            f"the job did not pause (rc {proc.poll()}): "
+            f"{(out / 'stderr.txt').read_text()[-2000:]}")
     finally:
         _kill_group(proc)
     assert proc.returncode == -signal.SIGKILL
@@ -177,6 +175,12 @@ def _keys(out: Path, rank: int = 0) -> list[tuple[int, str]]:
         return []
     lines = path.read_text().splitlines()
     return [(int(e), k) for e, k in (line.split("\t") for line in lines)]
+
+
+def _batch_log(out: Path, rank: int, epoch: int) -> list[list[str]]:
+    """The batches rank ``rank`` received in epoch ``epoch`` (its job's batch log)."""
+    lines = (out / f"batches-rank{rank}.jsonl").read_text().splitlines()
+    return [keys for e, keys in map(json.loads, lines) if e == epoch]
 
 
 def _epoch(pairs: list[tuple[int, str]], epoch: int) -> list[str]:
@@ -220,8 +224,8 @@ def test_sigkill_then_resume_reads_every_sample_once(data: Data, tmp_path: Path,
     seed = random.SystemRandom().randrange(10**6)
     extra = random.Random(seed).randint(1, 6)  # batches past the first checkpoint
     ckpt_path, run1 = tmp_path / "ckpt.json", tmp_path / "run1"
-    _kill_after_checkpoint(_cmd(kind, data, run1, workers=2, every=3, sleep=0.03,
-                                ckpt=ckpt_path), run1, ckpt_path, extra * BATCH)
+    _kill_after_checkpoint(_cmd(kind, data, run1, workers=2, every=3, ckpt=ckpt_path), run1,
+                           extra)
     ckpt = json.loads(ckpt_path.read_text())
     before = _checkpointed([run1], ckpt)
     assert 0 < len(before) < len(data.keys), f"seed {seed}"
@@ -255,8 +259,7 @@ def test_sigkill_in_a_later_epoch_of_live_workers_then_resume(data: Data, tmp_pa
     that epoch, every sample once."""
     ckpt_path, run1, run2 = tmp_path / "ckpt.json", tmp_path / "run1", tmp_path / "run2"
     _kill_after_checkpoint(_cmd(kind, data, run1, workers=2, epochs=2, every=3,
-                                ckpt_from_epoch=1, sleep=0.03, ckpt=ckpt_path),
-                           run1, ckpt_path, 2 * BATCH)
+                                ckpt_from_epoch=1, ckpt=ckpt_path), run1, 2)
     ckpt = json.loads(ckpt_path.read_text())
     assert ckpt["epoch"] == 1
     first = _keys(run1)
@@ -280,24 +283,29 @@ def _two_ranks(kind: str, data: Data, outs: list[Path], **options: Any) -> list[
 def test_two_ranks_keep_and_drop(data: Data, tmp_path: Path, kind: str) -> None:
     """2 ranks x 2 workers, 7 unequal shards. ``keep``: every sample once across the ranks,
     which are uneven. ``drop`` (run at the same time, for two epochs, checkpointing - a
-    collective - every 3 steps): every rank the same number of batches, nothing hangs, no
-    sample twice, only a rank's surplus dropped."""
+    collective - every 3 steps): every rank the same number of batches, nothing hangs, and
+    each rank's batches are exactly its first ``keep`` batches up to the shorter rank's end
+    (the documented rule: every rank stops when the first runs out)."""
     keep = [tmp_path / "keep0", tmp_path / "keep1"]
     drop = [tmp_path / "drop0", tmp_path / "drop1"]
-    _run(_two_ranks(kind, data, keep, workers=2, uneven="keep")
+    _run(_two_ranks(kind, data, keep, workers=2, uneven="keep", epochs=2)
          + _two_ranks(kind, data, drop, workers=2, uneven="drop", epochs=2, every=3,
                       ckpt=tmp_path / "ckpt.json"))
-    per_rank = [_epoch(_keys(keep[r], r), 0) for r in range(2)]
-    assert len(per_rank[0]) != len(per_rank[1])  # the ranks really were uneven
-    _exactly_once(per_rank[0] + per_rank[1], data)
+    for epoch in range(2):
+        per_rank = [_epoch(_keys(keep[r], r), epoch) for r in range(2)]
+        assert len(per_rank[0]) != len(per_rank[1])  # the ranks really were uneven
+        _exactly_once(per_rank[0] + per_rank[1], data)
 
     batches = [_done(drop[r], r)["batches"] for r in range(2)]
     assert batches[0] == batches[1]
     for epoch in range(2):
-        union = _epoch(_keys(drop[0], 0), epoch) + _epoch(_keys(drop[1], 1), epoch)
-        assert len(set(union)) == len(union)  # never a sample twice
-        assert set(union) <= set(data.keys)
-        assert len(union) >= len(data.keys) - 2 * 18  # only a rank's surplus is dropped
+        # "drop" stops every rank when the first runs out: each rank yields the batches it
+        # yields with "keep", up to the step where the shorter rank's end
+        kept = [_batch_log(keep[r], r, epoch) for r in range(2)]
+        steps = min(len(kept[0]), len(kept[1]))
+        assert batches[0][epoch] == steps
+        for r in range(2):
+            assert _batch_log(drop[r], r, epoch) == kept[r][:steps], (epoch, r)
 
 
 @pytest.mark.slow
@@ -371,12 +379,13 @@ def test_resume_reads_partial_shards_from_their_offset(data: Data, tmp_path: Pat
     (``Range: bytes=<offset>-``), a finished shard not at all. Prints what was read again."""
     ckpt_path, run1, run2 = tmp_path / "ckpt.json", tmp_path / "run1", tmp_path / "run2"
     with _proxy(data.endpoint) as first:
-        _run([_cmd(kind, data, run1, endpoint=first.endpoint, workers=2, every=5, ckpt_until=5,
-                   stop_after=6, ckpt=ckpt_path)], expect=3)
+        _run([_cmd(kind, data, run1, endpoint=first.endpoint, workers=2, every=15,
+                   ckpt_until=15, stop_after=16, ckpt=ckpt_path)], expect=3)
     ckpt = json.loads(ckpt_path.read_text())
     state = ckpt["state"]
     partial = {int(s): v for s, v in state["partial"].items()}
     done = {i for lo, hi in state["done"] for i in range(lo, hi + 1)}
+    assert done, f"the checkpoint should come after a shard was finished: {state}"
     assert any(offset > 0 for _, offset, _, _ in partial.values()), (
         f"the checkpoint should catch a shard part-read: {state}")
     with _proxy(data.endpoint) as second:

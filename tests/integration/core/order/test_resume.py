@@ -57,8 +57,8 @@ def test_sigkill_then_resume_on_other_workers_continues_the_same_batches(
     assert sorted(_flat(whole)) == sorted(data.keys)
 
     ckpt_path, run1 = tmp_path / "ckpt.json", tmp_path / "run1"
-    _kill_after_checkpoint(_cmd(kind, data, run1, workers=2, every=1, sleep=0.05,
-                                ckpt=ckpt_path, **ORDER), run1, ckpt_path, 4 * 8)
+    _kill_after_checkpoint(_cmd(kind, data, run1, workers=2, every=1, ckpt=ckpt_path,
+                                **ORDER), run1, 4)
     ckpt = json.loads(ckpt_path.read_text())
     before = _checkpointed([run1], ckpt)
     assert 0 < len(before) < len(data.keys)

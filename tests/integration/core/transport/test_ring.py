@@ -1,8 +1,11 @@
 """Payloads from worker processes through shared memory: equal on arrival on every loader, and
-no shared memory left behind after a normal run, a SIGKILLed worker or a SIGKILLed trainer."""
+no shared memory left behind after a normal run, a SIGKILLed worker or a SIGKILLed trainer:
+no process left mapping a segment or holding its file descriptor (torch's ``file_descriptor``
+sharing leaves nothing in ``/dev/shm`` to list)."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gc
 import json
@@ -68,15 +71,34 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _mapped_from(pid: int) -> list[str]:
-    """Returns this process's mappings of shared memory that process ``pid`` created."""
-    with open("/proc/self/maps") as fh:
-        return [line for line in fh if f"/torch_{pid}_" in line]
+def _segments(holder: int | str, *creators: int) -> list[str]:
+    """Returns the shared-memory segments that processes ``creators`` made and process
+    ``holder`` (``"self"``: this one) holds, mapped or open. torch's ``file_descriptor``
+    sharing unlinks a segment at once (nothing is left in ``/dev/shm`` to list): it lives, as
+    ``/dev/shm/torch_<creator pid>_... (deleted)``, while a process maps it or holds its fd."""
+    marks = tuple(f"/dev/shm/torch_{pid}_" for pid in creators)
+    found = []
+    with contextlib.suppress(OSError):  # a process that ended meanwhile, or not ours
+        with open(f"/proc/{holder}/maps") as fh:
+            found += [line.split(None, 5)[-1].strip() for line in fh if any(
+                mark in line for mark in marks)]
+        for fd in os.listdir(f"/proc/{holder}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{holder}/fd/{fd}")
+                if target.startswith(marks):
+                    found.append(target)
+    return found
 
 
-def _shm_files(*pids: int) -> list[str]:
-    return [name for name in os.listdir("/dev/shm")
-            if any(name.startswith(f"torch_{pid}_") for pid in pids)]
+def _holders(*creators: int) -> dict[int, list[str]]:
+    """Returns every process on this machine that holds a segment ``creators`` made."""
+    held = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            found = _segments(entry, *creators)
+            if found:
+                held[int(entry)] = found
+    return held
 
 
 def test_deliveries_arrive_equal_through_shared_memory_and_leave_nothing() -> None:
@@ -88,11 +110,13 @@ def test_deliveries_arrive_equal_through_shared_memory_and_leave_nothing() -> No
     for step, item in enumerate(it):
         shipped += type(item.value) is ring.Shipped
         assert same(item.unpack(), batch(step)), step
+        if step == 5:  # the check sees the worker's slots while they are in use
+            assert _segments("self", worker) and _segments(worker, worker)
     assert shipped == 40
     del it, item
     ring.forget()
     gc.collect()
-    assert not _mapped_from(worker) and not _shm_files(worker, os.getpid())
+    assert not _segments("self", worker, os.getpid()) and not _holders(worker)
 
 
 def test_a_full_ring_falls_back_to_pickling(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,7 +143,7 @@ KILL_WORKER = """
 import gc, json, os, signal, time
 from torch.utils.data import DataLoader
 from aisio.core.transport import ring
-from tests.integration.core.transport.test_ring import Prepared, _as_is, _mapped_from, batch, same
+from tests.integration.core.transport.test_ring import Prepared, _as_is, _segments, batch, same
 loader = DataLoader(Prepared(1000), batch_size=None, num_workers=1, prefetch_factor=4,
                     collate_fn=_as_is)
 it = iter(loader)
@@ -130,6 +154,7 @@ try:
         assert same(item.unpack(), batch(step))
         delivered += 1
         if step == 20:
+            held = _segments("self", worker)
             os.kill(worker, signal.SIGKILL)
         time.sleep(0.01)
 except RuntimeError as exc:
@@ -137,14 +162,14 @@ except RuntimeError as exc:
 del it, item  # (small tensors cross in torch's own shared memory, held by the items)
 ring.forget()
 gc.collect()
-print(json.dumps({"worker": worker, "error": error, "delivered": delivered,
-                  "mapped": _mapped_from(worker)}), flush=True)
+print(json.dumps({"worker": worker, "error": error, "delivered": delivered, "held": held,
+                  "mapped": _segments("self", worker)}), flush=True)
 """
 
 
 def test_a_killed_worker_leaves_no_shared_memory(tmp_path: Path) -> None:
     """Deliveries queued before the kill still arrive (their slots are held), then the loader
-    names the dead worker; its slots are unmapped and nothing is left in /dev/shm."""
+    names the dead worker; its slots are unmapped and no process holds them."""
     script = tmp_path / "kill_worker.py"
     script.write_text(textwrap.dedent(KILL_WORKER))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
@@ -156,8 +181,8 @@ def test_a_killed_worker_leaves_no_shared_memory(tmp_path: Path) -> None:
     error = result["error"] or ""
     assert str(result["worker"]) in error and (
         "killed by signal" in error or "exited unexpectedly" in error), result
-    assert result["delivered"] >= 21 and result["mapped"] == []
-    assert not _shm_files(result["worker"])
+    assert result["delivered"] >= 21 and result["held"] and result["mapped"] == []
+    assert not _holders(result["worker"])
 
 
 TRAINING = """
@@ -185,12 +210,14 @@ def test_a_killed_trainer_leaves_no_shared_memory(tmp_path: Path) -> None:
         assert proc.stdout is not None
         workers = [int(p) for p in proc.stdout.readline().split()]
         assert len(workers) == 2
+        assert set(_holders(proc.pid, *workers)) >= {proc.pid, *workers}  # slots in use
         proc.kill()
         proc.wait()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # torch's workers see their parent gone within ~5 s
         while any(os.path.exists(f"/proc/{p}") for p in workers) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _shm_files(proc.pid, *workers)
+        assert not any(os.path.exists(f"/proc/{p}") for p in workers)
+        assert not _holders(proc.pid, *workers)  # no process left holding their memory
     finally:
         proc.kill()
         proc.wait()
@@ -284,4 +311,4 @@ def test_a_killed_dataloader2_worker_is_named_with_batches_in_shared_memory(
     assert isinstance(error, aisio.core.faults.errors.WorkerDiedError), repr(error)
     assert "SIGKILL" in str(error) and error.pid == killed[0]
     gc.collect()
-    assert not _mapped_from(killed[0]) and not _shm_files(killed[0])
+    assert not _segments("self", killed[0]) and not _holders(killed[0])
