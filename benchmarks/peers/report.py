@@ -134,16 +134,18 @@ def markdown(report: dict[str, Any]) -> str:
         out += ["", "**Resume mid-epoch** — 2 KiB samples, 2 workers: half an epoch, state "
                 "saved, a new process resumes", "",
                 _row(["system", "resumes?", "new process to first batch s", "× best",
-                      "GET MB (epoch MB)", "lost", "repeated", "peak MB", "cache MB"]),
-                _row(["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:"])]
+                      "state loaded to first batch s", "GET MB (epoch MB)", "lost",
+                      "repeated", "peak MB", "cache MB"]),
+                _row(["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:",
+                      "---:"])]
         for r in report["resume"]:
             if not r["ok"]:
                 out.append(_row([LABELS[r["system"]], _err(r["error"])]
-                                + [""] * 7))
+                                + [""] * 8))
                 continue
             can = "yes" if r["resumable"] else CANNOT.get(r["system"], "no")
             out.append(_row([LABELS[r["system"]], can, _n(r["first_s"], ".2f"),
-                             _x(r["x_best_first_s"]),
+                             _x(r["x_best_first_s"]), _n(r.get("restored_to_first_s"), ".2f"),
                              f"{_n(r['get_mb'], ',.1f')} ({_n(r['epoch_mb'], ',.1f')})",
                              str(r["lost"]), str(r["repeated"]), _n(r["peak_mb"]),
                              _n(r["cache_mb"])]))

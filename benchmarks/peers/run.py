@@ -147,7 +147,8 @@ class Runner:
             server = self.servers[system] = _Server(self.pythons[system], system)
         with tempfile.TemporaryDirectory(prefix="aisio-peer-") as tmp:
             spec, out = Path(tmp, "job.json"), Path(tmp, "result.json")
-            spec.write_text(json.dumps(job))
+            progress = Path(tmp, "progress.json")
+            spec.write_text(json.dumps({**job, "progress": str(progress)}))
             pid = server.start(spec, out)
             if pid is None:
                 return {"ok": False, "error": "the system's server is gone", "peak_rss": 0}
@@ -163,7 +164,13 @@ class Runner:
                 with contextlib.suppress(OSError):
                     os.kill(pid, 9)
 
-            return suite_run._watch(pid, poll, kill, out, self.timeout)
+            result = suite_run._watch(pid, poll, kill, out, self.timeout)
+            if not result["ok"] and "timed out" in result.get("error", ""):
+                with contextlib.suppress(OSError, ValueError):
+                    where = json.loads(progress.read_text())
+                    result["error"] += (f" in epoch {where['epoch']}, {where['samples']:,} "
+                                        "samples into it")
+            return result
 
     def fresh(self, job: dict[str, Any]) -> dict[str, Any]:
         """Returns the result of ``job`` in a new interpreter, with ``started_at`` (the wall
@@ -171,7 +178,7 @@ class Runner:
         root = Path(__file__).resolve().parents[2]
         with tempfile.TemporaryDirectory(prefix="aisio-peer-") as tmp:
             spec, out = Path(tmp, "job.json"), Path(tmp, "result.json")
-            spec.write_text(json.dumps(job))
+            spec.write_text(json.dumps({**job, "progress": str(Path(tmp, "progress.json"))}))
             env = {**os.environ, "PYTHONPATH": str(root)}
             started = time.time()
             proc = subprocess.Popen([self.pythons[job["system"]], "-m", "benchmarks.peers.side",
@@ -325,6 +332,8 @@ class PeersRun:
             second_first = (second["first_at"] - second["started_at"]
                             if second["first_at"] else None)
             row.update(ok=True, resumable=second["resumable"], first_s=second_first,
+                       restored_to_first_s=(second["first_at"] - second["restored_at"]
+                                            if second["first_at"] else None),
                        get_mb=(after - before) / 1e6, epoch_mb=data.nbytes / 1e6,
                        read_before=len(first["keys"]), read_after=len(second["keys"]),
                        peak_mb=second.get("peak_rss", 0) / 1e6,

@@ -38,6 +38,8 @@ ACCESS = {"AWS_ACCESS_KEY_ID": "aisio-bench", "AWS_SECRET_ACCESS_KEY": "aisio-be
           "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
 """Dummy S3 credentials: AIStore without authentication ignores them; S3 clients need some."""
 
+BATCH_NOTE = 50
+"""Every this many batches, a job notes its progress."""
 PRELOAD = {"aisio": ["aisio"], "sdk": ["aistore.pytorch"], "litdata": ["litdata"],
            "streaming": ["streaming"], "s3torch": ["s3torchconnector"]}
 
@@ -237,7 +239,11 @@ class LitdataLoader(Loader):
 
 
 def _collate_dicts(items: list[dict[str, Any]]) -> dict[str, Any]:
-    return _collate_samples([(i["key"], i["data"], int(i["cls"])) for i in items])
+    # litdata gives a bytes field as a memoryview over its chunk: bytes, so that a worker's
+    # batch can be pickled to the training process (a memoryview cannot: the worker's queue
+    # feeder fails and the loader waits for ever)
+    return _collate_samples([(i["key"], bytes(i["data"]) if isinstance(i["data"], memoryview)
+                              else i["data"], int(i["cls"])) for i in items])
 
 
 class StreamingLoader(Loader):
@@ -319,6 +325,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
             state = pickle.loads(Path(job["state"]).read_bytes())
             if loader.resumable:
                 loader.restore(state)
+            out["restored_at"] = time.time()
             keys, first_at = [], None
             for batch in loader.iterate():
                 if first_at is None:
@@ -332,12 +339,19 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _progress(job: dict[str, Any], epoch: int, samples: int) -> None:
+    """Notes where a job is (read by the suite when the job times out)."""
+    with contextlib.suppress(OSError):
+        Path(job["progress"]).write_text(json.dumps({"epoch": epoch, "samples": samples}))
+
+
 def _epochs(loader: Loader, epochs: int) -> dict[str, Any]:
     times, samples, gaps, first = [], [], [], None
     start = time.perf_counter()
     last = start
-    for _ in range(epochs):
+    for epoch in range(epochs):
         epoch_start, count, seen_first = time.perf_counter(), 0, False
+        _progress(loader.job, epoch + 1, 0)
         for batch in loader.iterate():
             now = time.perf_counter()
             if not seen_first:
@@ -348,6 +362,8 @@ def _epochs(loader: Loader, epochs: int) -> dict[str, Any]:
                 seen_first = True
             count += _count(batch)
             last = time.perf_counter()
+            if count % (BATCH_NOTE * _count(batch) or 1) == 0:
+                _progress(loader.job, epoch + 1, count)
         times.append(last - epoch_start)
         samples.append(count)
     return {"first_s": first, "epoch_s": times, "epoch_samples": samples, "gap_s": gaps}

@@ -211,7 +211,10 @@ def peers(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cfg = {**sizes(args.quick, {"repeat": args.repeat}), "seed": args.seed, "quick": args.quick}
     systems = tuple(s for s in SYSTEMS if not args.systems or s in args.systems)
     try:
-        report = run_peers(args.endpoint, cfg, systems, args.arm_timeout)
+        # --arm-timeout left at its default: a job of the peers' sizes that takes longer hangs
+        timeout = args.arm_timeout if args.arm_timeout != 1800.0 else (120.0 if args.quick
+                                                                         else 600.0)
+        report = run_peers(args.endpoint, cfg, systems, timeout)
     except AISIOError as exc:
         print(f"aisio bench: error: {exc}", file=sys.stderr)
         return 2

@@ -72,5 +72,5 @@ def test_markdown_says_where_a_system_cannot_resume() -> None:
         {"system": "sdk", "ok": True, "resumable": False, "first_s": 4.0, "get_mb": 2.0,
          "epoch_mb": 2.0, "lost": 0, "repeated": 10, "peak_mb": 300.0, "cache_mb": 0.0}]}
     table = markdown(report)
-    assert "| aisio | yes | 2.00 | 1.00× |" in table
+    assert "| aisio | yes | 2.00 | 1.00× | — |" in table
     assert "no loader state: a restart reads the epoch again | 4.00 | 2.00× |" in table
