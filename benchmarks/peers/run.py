@@ -59,7 +59,8 @@ NOTES = [
     "`optimize`, `MDSWriter`; 64 MiB chunks).",
     "S3 access: AIStore's S3 API at <endpoint>/s3 with the cluster feature S3-Reverse-Proxy on "
     "(the proxy serves the request instead of answering 307); dummy keys, us-east-1, "
-    "path-style. litdata and MosaicML streaming use boto3, s3torchconnector the AWS CRT. "
+    "path-style. litdata reads its index with boto3 and its chunks with obstore, MosaicML "
+    "streaming uses boto3, s3torchconnector the AWS CRT. "
     "aisio and the SDK use AIStore's native API.",
     "A batch is 64 samples as keys, payloads (a list of bytes; decode: a uint8 tensor "
     "stacked, JPEG decoded with PIL in every system) and a label tensor. No shuffle (each "
