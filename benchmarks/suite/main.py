@@ -108,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--decode", default="torchrgb8", help="image spec of the decode workload (torchrgb8: "
         "uint8 tensors; torchrgb: float32, 4x the bytes per batch)")
     add("--arm-timeout", type=float, default=1800.0, help="seconds before an arm is stopped")
+    add("--peers", action="store_true", help="instead of the suite: aisio beside litdata, "
+        "MosaicML streaming, s3torchconnector and the SDK's AISShardReader, each in an "
+        "environment of its own made from benchmarks/peers/locks (benchmarks/peers)")
+    add("--systems", nargs="+", metavar="SYSTEM", help="--peers: only these systems (aisio "
+        "litdata streaming s3torch sdk)")
     for name, (full, quick, what) in SIZES.items():
         add("--" + name.replace("_", "-"), type=int, default=None, metavar="N",
             help=f"{what} ({full:,}; --quick: {quick:,})")
@@ -174,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
+    if args.peers:
+        return peers(args, argv)
     try:
         report = run(args, argv)
     except AISIOError as exc:
@@ -195,7 +202,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-__all__ = ["WORKLOADS", "build_parser", "main", "run"]
+def peers(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """``--peers``: runs :mod:`benchmarks.peers.run`, writes its outputs; 0, 1 if a system
+    failed somewhere, 2 if the cluster cannot be reached."""
+    from benchmarks.peers import report as peers_report
+    from benchmarks.peers.run import SYSTEMS, run_peers, sizes
+
+    cfg = {**sizes(args.quick, {"repeat": args.repeat}), "seed": args.seed, "quick": args.quick}
+    systems = tuple(s for s in SYSTEMS if not args.systems or s in args.systems)
+    try:
+        # --arm-timeout left at its default: a job of the peers' sizes that takes longer hangs
+        timeout = args.arm_timeout if args.arm_timeout != 1800.0 else (120.0 if args.quick
+                                                                         else 600.0)
+        report = run_peers(args.endpoint, cfg, systems, timeout)
+    except AISIOError as exc:
+        print(f"aisio bench: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    report["command"] = " ".join(["python -m benchmarks.suite", *map(shlex.quote, argv)])
+    args.out.mkdir(parents=True, exist_ok=True)
+    table = peers_report.markdown(report)
+    (args.out / "table.md").write_text(table)
+    peers_report.write_json(report, args.out / "results.json")
+    peers_report.plot(report, args.out / "results.png")
+    print(table)
+    _log(f"aisio bench: wrote {args.out / 'table.md'}, results.json and results.png")
+    rows = [*report["throughput"], *report["fresh"], *report["resume"]]
+    return 1 if any(not row["ok"] for row in rows) else 0
+
+
+__all__ = ["WORKLOADS", "build_parser", "main", "peers", "run"]
 
 if __name__ == "__main__":
     sys.exit(main())
