@@ -26,6 +26,7 @@ from aisio.core.order.loader import (
     OrderedLoader,
     OrderSetup,
     check_ordered_options,
+    default_streams,
     is_deterministic,
     refuse_streams,
 )
@@ -199,3 +200,16 @@ def test_the_order_options_are_checked() -> None:
             check_ordered_options({option: True, "batch_size": 8}, "f")
     with pytest.raises(aisio.ConfigError, match="needs batch_size=G"):
         check_ordered_options({}, "f")
+
+
+@pytest.mark.parametrize("batch, shards, world, streams", [
+    (8, 1, 1, 1),  # one shard: one stream, not a second one without a shard
+    (8, 3, 1, 2),  # no more streams than shards
+    (64, 100, 1, 8),  # at most STREAMS_CAP
+    (24, 100, 1, 8), (24, 5, 1, 4), (5, 4, 1, 1), (7, 100, 1, 7),  # the largest divisor
+    (8, 100, 2, 8), (6, 100, 2, 6), (6, 2, 2, 2), (12, 100, 3, 6),  # a multiple of world
+    (8, 100, 3, None), (9, 100, 2, None), (4, 1, 2, None),  # none fits: the caller says so
+])
+def test_the_default_streams_is_the_largest_that_fits(
+        batch: int, shards: int, world: int, streams: int | None) -> None:
+    assert default_streams(batch, shards, world) == streams
