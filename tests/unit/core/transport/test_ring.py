@@ -6,7 +6,10 @@ tests/integration/core/transport/test_ring.py.
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -146,5 +149,19 @@ def test_a_slot_handle_travels_once() -> None:
             rebuild, args = shipped.__reduce__()
             assert (args[1] is not None) == (round_ == 0)
             assert rebuild(*args).open() == value  # as unpickling in the receiver does
+    finally:
+        ring_module._held.clear()
+
+
+def test_forget_unmaps_the_slots_of_ended_workers_only() -> None:
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    gone = int(ended.stdout)  # (a reused pid would only keep its slots mapped longer)
+    live = os.getpid()
+    try:
+        ring_module._held.update({(gone, 0, 1): "slot", (gone, 1, 1): "slot",
+                                  (live, 0, 1): "slot", (live, 2, 3): "slot"})
+        ring_module.forget()
+        assert sorted(ring_module._held) == [(live, 0, 1), (live, 2, 3)]
     finally:
         ring_module._held.clear()
