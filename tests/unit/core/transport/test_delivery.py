@@ -1,16 +1,21 @@
-"""Tests for aisio.core.transport.delivery's Failure: an aisio error raised in a worker,
-sent on as an item (the items themselves: tests/unit/core/epochs/test_progress.py)."""
+"""Tests for aisio.core.transport.delivery: a Delivery crossing to the training process (within
+one process: what multiprocessing's pickler sends and what the receiver rebuilds; batching
+into deliveries: tests/unit/core/epochs/test_progress.py), and Failure, an aisio error raised
+in a worker sent on as an item."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
 import pickle
+from collections.abc import Iterator
 
 import pytest
 
 import aisio
-from aisio.core.transport.delivery import Failure
+from aisio.core.transport import ring as ring_module
+from aisio.core.transport.delivery import Delivery, Failure, _to_another_process
+from aisio.core.transport.ring import Ring, Shipped
 
 
 def raise_in_a_worker() -> aisio.ShardFormatError:
@@ -40,3 +45,49 @@ def test_a_failure_in_a_worker_notes_where_and_carries_its_traceback_as_text(
     text = failure.traceback
     assert text is not None and text.startswith(f"in {where}:\nTraceback")
     assert "raise_in_a_worker" in text and "ShardFormatError: s.tar is truncated" in text
+
+
+@pytest.fixture(autouse=True)
+def _own_ring(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A ring of this test's own as this process's (the slots it maps are unmapped after)."""
+    monkeypatch.setattr(ring_module, "_ring", Ring(slots=2))
+    yield
+    ring_module._held.clear()
+
+
+def crossed(delivery: Delivery, *, shared: bool) -> Delivery:
+    """Returns ``delivery`` as the receiving process rebuilds it (see test_reader.crossed)."""
+    rebuild, args = _to_another_process(delivery)  # what ForkingPickler sends for a Delivery
+    value, *rest = args
+    assert (type(value) is Shipped) == shared
+    if not shared:
+        return rebuild(*pickle.loads(pickle.dumps(args)))  # type: ignore[no-any-return]
+    arrive, shipped_args = value.__reduce__()
+    return rebuild(arrive(*shipped_args), *pickle.loads(pickle.dumps(rest)))  # type: ignore[no-any-return]
+
+
+POSITIONS = [(3, 0, 512, False), (3, 1, 1024, True), (5, 0, 700, False)]
+
+
+def test_a_delivery_crosses_with_its_positions_versions_and_emptiness() -> None:
+    value = [b"a" * 40_000, b"b" * 40_000]
+    back = crossed(Delivery(value, POSITIONS, versions={3: "v3"}), shared=True)
+    assert (list(back.positions), back.empty, back.versions) == (POSITIONS, False, {3: "v3"})
+    assert back.unpack() == value
+    small = crossed(Delivery([b"c"], POSITIONS), shared=False)
+    assert (list(small.positions), small.empty, small.unpack()) == (POSITIONS, False, [b"c"])
+    empty = crossed(Delivery(None, POSITIONS, empty=True, versions={5: "v5"}), shared=False)
+    assert (list(empty.positions), empty.empty, empty.versions) == (POSITIONS, True, {5: "v5"})
+
+
+def test_pin_memory_keeps_the_positions_versions_and_emptiness() -> None:
+    """torch's DataLoader calls pin_memory on each item with pin_memory=True: what a resume
+    counts must come through (the pinning itself needs an accelerator)."""
+    value = [b"p" * 40_000, b"q" * 40_000]
+    shipped = crossed(Delivery(value, POSITIONS, versions={3: "v3"}), shared=True)
+    for before, expected in [(shipped, value), (Delivery([1, 2], POSITIONS, versions={5: "v"}),
+                                                [1, 2]),
+                             (Delivery(None, POSITIONS, empty=True), None)]:
+        pinned = before.pin_memory()
+        assert (pinned.value, list(pinned.positions), pinned.empty, pinned.versions) == (
+            expected, POSITIONS, before.empty, before.versions)
