@@ -9,10 +9,28 @@ multiprocessing's pickler sends and what the receiver rebuilds from it.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterator
 from typing import Any
 
-from aisio.core.order.reader import Chunk, RoundChunks, _to_another_process
+import pytest
+
+from aisio.core.faults.errors import ObjectNotFoundError
+from aisio.core.faults.policy import ErrorPolicy
+from aisio.core.faults.report import ErrorReport
+from aisio.core.order.reader import Chunk, RoundChunks, _to_another_process, reader_rounds
+from aisio.core.order.streams import OrderPlan
+from aisio.core.store.sources import ObjectRef
 from aisio.core.transport import ring as ring_module
+from aisio.core.transport.ring import Ring
+from tests.unit.core.order.test_streams import Store
+
+
+@pytest.fixture(autouse=True)
+def _own_ring(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A ring of this test's own as this process's (the slots it maps are unmapped after)."""
+    monkeypatch.setattr(ring_module, "_ring", Ring(slots=2))
+    yield
+    ring_module._held.clear()
 
 
 def crossed(pack: RoundChunks, *, shared: bool) -> Any:
@@ -24,10 +42,7 @@ def crossed(pack: RoundChunks, *, shared: bool) -> Any:
         return rebuild(*pickle.loads(pickle.dumps(args)))
     bare, counts, shipped = args
     arrive, shipped_args = shipped.__reduce__()  # as unpickling in the receiver does
-    try:
-        return rebuild(pickle.loads(pickle.dumps(bare)), counts, arrive(*shipped_args))
-    finally:
-        ring_module._held.clear()
+    return rebuild(pickle.loads(pickle.dumps(bare)), counts, arrive(*shipped_args))
 
 
 def fields(pack: Any) -> list[tuple[Any, ...]]:
@@ -57,3 +72,25 @@ def test_a_small_pack_is_pickled_as_it_is() -> None:
     expected = fields(pack)
     back = crossed(pack, shared=False)
     assert type(back) is RoundChunks and fields(back) == expected
+
+
+def test_a_skipped_shard_is_reported_with_the_samples_it_delivered() -> None:
+    """on_error="skip": a shard that cannot be opened (none of its samples delivered) and one
+    torn mid-way are each recorded under their URL with the count of their samples that were
+    delivered before the fault."""
+    store = Store([5, 6, 4, 7], seed=2)
+    missing, torn = store.refs[1].uri(), store.refs[3].uri()
+    store.data[torn] = store.data[torn][:len(store.data[torn]) // 2 + 100]
+
+    def opener(ref: ObjectRef, **kw: Any) -> Any:
+        if ref.uri() == missing:
+            raise ObjectNotFoundError("gone")  # (an error that does not name the object)
+        return store.open(ref, **kw)
+
+    policy = ErrorPolicy("skip", ErrorReport())
+    plan = OrderPlan(store.refs, seed=5, epoch=0, streams=2, batch=4, buffer=2)
+    delivered = [value["__key__"] for pack in reader_rounds(plan, [0, 1], opener, policy=policy)
+                 for chunk in pack for value in chunk.values]
+    recorded = {r["shard"]: r["samples"] for r in policy.report.records()}
+    assert recorded == {missing: 0, torn: sum(key.startswith("s3/") for key in delivered)}
+    assert 0 < recorded[torn] < 7
