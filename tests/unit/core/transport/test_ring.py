@@ -165,3 +165,9 @@ def test_forget_unmaps_the_slots_of_ended_workers_only() -> None:
         assert sorted(ring_module._held) == [(live, 0, 1), (live, 2, 3)]
     finally:
         ring_module._held.clear()
+
+
+def test_a_process_keeps_one_ring() -> None:
+    """Its slots are reused from one delivery to the next: the same ring on every call."""
+    assert ring_module.ring() is ring_module.ring()
+    assert ring_module.ring().pid == os.getpid()
