@@ -131,15 +131,15 @@ def main() -> int:
         count["text"] = text
         totals.update(count)
         rows.append((module, count))
-    print("| module | mutants | killed | survived (text) | no tests | timeout | survival |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| module | mutants | checked | killed | survived (text) | no tests | timeout "
+          "| survival |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for module, c in [*rows, ("**all**", totals)]:
-        alive = c["survived"] + c["no tests"]
-        rate = 100 * alive / c["total"] if c["total"] else 0
-        print(f"| `{module}` | {c['total']} | {c['killed']} | {c['survived']} ({c['text']}) | "
-              f"{c['no tests']} | {c['timeout']} | {rate:.1f}% |")
+        alive, checked = c["survived"] + c["no tests"], c["total"] - c["unchecked"]
+        rate = 100 * alive / checked if checked else 0
+        print(f"| `{module}` | {c['total']} | {checked} | {c['killed']} | {c['survived']} "
+              f"({c['text']}) | {c['no tests']} | {c['timeout']} | {rate:.1f}% |")
     if totals["unchecked"]:
-        print(f"\n{totals['unchecked']} mutants not checked yet (the run was cut short).")
+        print(f"\n{totals['unchecked']} mutants not checked (yet): survival is of those checked.")
     print("\n| module | mutant | status | kind | the changed line (mutant) |")
     print("| --- | --- | --- | --- | --- |")
     for module, short, status, how, changed in survivors:
