@@ -171,3 +171,28 @@ def test_a_process_keeps_one_ring() -> None:
     """Its slots are reused from one delivery to the next: the same ring on every call."""
     assert ring_module.ring() is ring_module.ring()
     assert ring_module.ring().pid == os.getpid()
+
+
+def test_a_grown_slot_replaces_only_its_own_older_mapping() -> None:
+    """The receiver keeps each worker slot mapped by key; a slot grown in place (a new
+    generation) unmaps its older generation and nothing else: later deliveries, which name
+    their slot by key alone, still arrive."""
+    ring = Ring(slots=2, max_slot=8 << 20)
+    value = [b"a" * BIG] * 4
+    try:
+        first, second = export(value, ring), export(value, ring)
+        assert first is not None and second is not None
+        for shipped in (first, second):
+            rebuild, args = shipped.__reduce__()
+            assert rebuild(*args).open() == value  # the handle travels: now held by key
+        bigger = export([b"c" * (4 << 20)], ring)  # slot 0 outgrows itself
+        assert bigger is not None and bigger.key[:2] == first.key[:2]
+        rebuild, args = bigger.__reduce__()
+        assert rebuild(*args).open() == [b"c" * (4 << 20)]
+        assert sorted(ring_module._held) == sorted([bigger.key, second.key])
+        again = export(value, ring)  # a held slot again: its key alone crosses
+        assert again is not None and again.key in (bigger.key, second.key)
+        rebuild, args = again.__reduce__()
+        assert args[1] is None and rebuild(*args).open() == value
+    finally:
+        ring_module._held.clear()
