@@ -13,8 +13,18 @@ from collections.abc import Iterator
 import pytest
 
 import aisio
+from aisio.core.faults.policy import SKIPPED
 from aisio.core.transport import ring as ring_module
-from aisio.core.transport.delivery import Delivery, Failure, _to_another_process
+from aisio.core.transport.delivery import (
+    POSITION,
+    VERSION,
+    Delivery,
+    Failure,
+    Positioned,
+    _to_another_process,
+    batch_delivery,
+    deliveries,
+)
 from aisio.core.transport.ring import Ring, Shipped
 
 
@@ -91,3 +101,30 @@ def test_pin_memory_keeps_the_positions_versions_and_emptiness() -> None:
         pinned = before.pin_memory()
         assert (pinned.value, list(pinned.positions), pinned.empty, pinned.versions) == (
             expected, POSITIONS, before.empty, before.versions)
+
+
+def test_deliveries_name_the_content_of_the_shards_their_samples_come_from() -> None:
+    """Each delivery carries the content id of each shard its samples (skipped ones too) come
+    from: what a resume compares before it reads a shard again."""
+    samples = [{"__key__": "a", POSITION: (3, 0, 10, False), VERSION: "v3"},
+               {"__key__": "b", POSITION: (3, 1, 20, True), VERSION: "v3"},
+               {"__key__": "c", POSITION: (5, 0, 10, False)},
+               {"__key__": "d", POSITION: (6, 0, 10, False), VERSION: "v6"}]
+    triples = [Positioned()(dict(sample)) for sample in samples]
+    assert [version for _, _, version in triples] == ["v3", "v3", None, "v6"]
+    assert [value["__key__"] for value, _, _ in triples] == ["a", "b", "c", "d"]
+    assert batch_delivery(triples).versions == {3: "v3", 6: "v6"}
+    skipped = [(SKIPPED if k < 2 else v, p, s) for k, (v, p, s) in enumerate(triples)]
+    assert batch_delivery(skipped[:2]).versions == {3: "v3"}  # an empty one too
+    assert [d.versions for d in deliveries(triples)] == [{3: "v3"}, {3: "v3"}, None, {6: "v6"}]
+    # the skipped samples ride along with the next one kept
+    assert [d.versions for d in deliveries(skipped)] == [{3: "v3"}, {6: "v6"}]
+    assert [d.versions for d in deliveries(triples, batch_size=3)] == [{3: "v3"}, {6: "v6"}]
+    assert [d.versions for d in deliveries(skipped[:2])] == [{3: "v3"}]
+
+
+def test_a_worker_error_without_notes_of_its_own_gets_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())
+    failure = Failure.of(raise_in_a_worker())
+    assert failure.error.__notes__ == [f"raised in worker process {os.getpid()}"]
