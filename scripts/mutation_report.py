@@ -3,8 +3,8 @@
 Per module: mutants made, killed, survived, not reached by a test, timed out, and the survival
 rate. Then every survivor, with the line it changed, sorted into two kinds:
 
-- ``text``: only the words of a message changed (a string inside a ``raise``, a warning or a
-  log call, or an f-string); no test reads messages word for word, and no sample depends on one;
+- ``text``: only a message changed (a string inside a ``raise``, a warning or a log call, or
+  anything inside an f-string); no sample depends on one;
 - ``code``: anything else. Each of these is either killed by a test or explained in
   docs/mutation.md.
 
@@ -88,8 +88,10 @@ def kind(original: ast.FunctionDef, mutant: ast.FunctionDef) -> tuple[str, int]:
         if line:
             break
     text = bool(found) and all(
-        (isinstance(a, str) and isinstance(b, str) and parents
-         and isinstance(parents[-1][0], ast.Constant) and is_message([pa for pa, _ in parents]))
+        any(isinstance(pa, ast.JoinedStr) for pa, _ in parents)  # inside an f-string's text
+        or (isinstance(a, str) and isinstance(b, str) and parents
+            and isinstance(parents[-1][0], ast.Constant)
+            and is_message([pa for pa, _ in parents]))
         for a, b, parents in found)
     return ("text" if text else "code"), line
 
