@@ -9,7 +9,7 @@ PY_TD011 := .venv-td011/bin/python
 LOADER ?= dataloader2
 DEMO_PY := $(if $(filter nodes,$(LOADER)),$(PY_TD011),$(PY))
 
-.PHONY: demo test lint setup test-td09 test-td011 test-trainers notebook docs
+.PHONY: demo test lint setup test-td09 test-td011 test-trainers notebook docs mutate
 setup:
 	@scripts/bootstrap.sh
 
@@ -52,3 +52,16 @@ test: lint docs test-td09
 # resumed on 1 and 2 processes, both orders (about 6 minutes; make test runs a bounded part).
 test-trainers: setup
 	$(PY) -m pytest tests/integration/trainers --durations=20
+
+# Mutation testing, by hand, not in make test: mutmut (configured in pyproject.toml's
+# [tool.mutmut]) alters the modules that carry aisio's promises one change at a time in a copy
+# of the checkout (mutants/) and runs the unit tests that reach each change; a change no test
+# notices survives. One worker (the machine is shared), a hard cap of MUTATE_BUDGET seconds;
+# results are kept in mutants/, so a run cut short goes on where it stopped the next time.
+# MUTANTS narrows the run, e.g. MUTANTS='aisio.core.faults.policy.*'. Then the survivors, sorted
+# by module and kind: scripts/mutation_report.py; what they mean: docs/mutation.md.
+MUTATE_BUDGET ?= 3600
+MUTANTS ?=
+mutate: setup
+	timeout --foreground $(MUTATE_BUDGET) nice $(PY) -m mutmut run --max-children 1 $(MUTANTS)
+	$(PY) scripts/mutation_report.py

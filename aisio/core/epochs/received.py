@@ -118,7 +118,7 @@ class FollowsTrainer:
         """Returns this process's state, never gathered over the ranks (each loader's own)."""
         raise NotImplementedError
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:  # pragma: no mutate block (reads its caller)
         """Returns what the training loop received, as a small JSON-able dict (see
         :meth:`local_state_dict`). Asked by a trainer that checkpoints on every rank at once
         (:data:`TRAINERS`): every rank's progress merged, of the batches it trained on.

@@ -125,3 +125,18 @@ def test_lightning_without_the_callback_is_refused_at_its_first_checkpoint(
     assert f"callbacks=[{fix}" in str(caught.value)
     loader.follow_trainer()  # what the callback does
     assert called_from(module, loader) == {"rank": "mine"}
+
+
+def test_a_loaders_trained_reports_to_its_received_record() -> None:
+    """The loader's own ``trained()`` (what a trainer callback calls) counts one batch by
+    default, or as many as it is told."""
+    log: list[str] = []
+    loader = Loader()
+    loader.follow_trainer()
+    loader.received.start()
+    for name in ("b0", "b1", "b2"):
+        loader.received.add(recorder(log, name))
+    loader.trained()
+    assert log == ["b0"]
+    loader.trained(2)
+    assert log == ["b0", "b1", "b2"]

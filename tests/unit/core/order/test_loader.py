@@ -26,10 +26,12 @@ from aisio.core.order.loader import (
     OrderedLoader,
     OrderSetup,
     check_ordered_options,
+    default_streams,
     is_deterministic,
     refuse_streams,
 )
-from aisio.core.order.reader import reader_rounds, rounds_per_item
+from aisio.core.order.reader import Chunk, reader_rounds, rounds_per_item
+from aisio.core.pipeline.fetch import Fetcher
 from aisio.core.pipeline.spec import PipelineSpec
 from aisio.core.transport.delivery import Failure
 from tests.unit.core.order.test_streams import Store, interleave
@@ -199,3 +201,96 @@ def test_the_order_options_are_checked() -> None:
             check_ordered_options({option: True, "batch_size": 8}, "f")
     with pytest.raises(aisio.ConfigError, match="needs batch_size=G"):
         check_ordered_options({}, "f")
+
+
+@pytest.mark.parametrize("batch, shards, world, streams", [
+    (8, 1, 1, 1),  # one shard: one stream, not a second one without a shard
+    (8, 3, 1, 2),  # no more streams than shards
+    (64, 100, 1, 8),  # at most STREAMS_CAP
+    (24, 100, 1, 8), (24, 5, 1, 4), (5, 4, 1, 1), (7, 100, 1, 7),  # the largest divisor
+    (8, 100, 2, 8), (6, 100, 2, 6), (6, 2, 2, 2), (12, 100, 3, 6),  # a multiple of world
+    (8, 100, 3, None), (9, 100, 2, None), (4, 1, 2, None),  # none fits: the caller says so
+])
+def test_the_default_streams_is_the_largest_that_fits(
+        batch: int, shards: int, world: int, streams: int | None) -> None:
+    assert default_streams(batch, shards, world) == streams
+
+
+def _packs(items: Iterator[Any]) -> list[Any]:
+    return [item if isinstance(item, Failure) else
+            [(c.stream, c.round, c.values, c.trace, c.done, c.versions) for c in item]
+            for item in items]
+
+
+@pytest.mark.parametrize(("rank", "world", "workers"), [(0, 1, 1), (0, 1, 2), (1, 2, 2)])
+def test_the_setups_rounds_are_its_readers_rounds_of_the_published_epoch(
+        rank: int, world: int, workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a front end's worker runs (OrderSetup.rounds, then stage_pack where samples are
+    staged apart): the readers of the test front end above, over the published epoch."""
+    monkeypatch.setattr(Fetcher, "open", lambda self, ref, **kw: STORE.open(ref, **kw))
+    spec = PipelineSpec.build(endpoint="http://127.0.0.1:9", batch_size=8, shuffle_buffer=3,
+                              map=lambda sample: sample["__key__"])
+    setup = OrderSetup.build(STORE.refs, spec, seed=SEED, streams=4, rank=rank, world=world,
+                             epochs=EpochPlan(), where="test")
+    setup.epochs.publish(1, None)
+    plan = setup.plan(1)
+    group = rounds_per_item(plan, plan.rank_streams(rank, world), workers)
+    for worker in range(workers):
+        expected = _packs(reader_rounds(plan, plan.reader_streams(rank, world, worker, workers),
+                                        STORE.open, group=group, stage=spec.stage()))
+        assert expected and _packs(setup.rounds(worker, workers)) == expected
+        staged_apart = [setup.stage_pack(pack) for pack in setup.rounds(worker, workers,
+                                                                         stage=False)]
+        assert _packs(iter(staged_apart)) == expected
+
+
+def test_a_reader_that_fails_ends_its_rounds_with_the_failure(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    error = aisio.ObjectNotFoundError("gone", url="ais://b/train-0000.tar")
+
+    def missing(self: Any, ref: Any, **kw: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(Fetcher, "open", missing)
+    spec = PipelineSpec.build(endpoint="http://127.0.0.1:9", batch_size=8)
+    setup = OrderSetup.build(STORE.refs, spec, seed=SEED, streams=4, rank=0, world=1,
+                             epochs=EpochPlan(),
+                             where="test")
+    setup.epochs.publish(0, None)
+    *_, last = setup.rounds()
+    assert isinstance(last, Failure) and last.error is error and last.traceback is None
+    decode_error = aisio.DecodeError("bad", url="x")
+
+    def bad(sample: Any) -> Any:
+        raise decode_error
+
+    staged = OrderSetup.build(
+        STORE.refs, PipelineSpec.build(endpoint="http://127.0.0.1:9", batch_size=8, map=bad),
+        seed=SEED, streams=4, rank=0, world=1, epochs=EpochPlan(), where="test")
+    failure = staged.stage_pack([Chunk(0, 0, [{"__key__": "a"}], [(0, 0, 1, False)], False)])
+    assert isinstance(failure, Failure) and failure.error is decode_error
+    assert staged.stage_pack(failure) is failure
+
+
+def test_a_front_end_over_the_setups_rounds_resumes_where_it_stopped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Fetcher, "open", lambda self, ref, **kw: STORE.open(ref, **kw))
+
+    def loader(workers: int) -> OrderedLoader:
+        spec = PipelineSpec.build(endpoint="http://127.0.0.1:9", batch_size=8, shuffle_buffer=3)
+        setup = OrderSetup.build(STORE.refs, spec, seed=SEED, streams=4, rank=0, world=1,
+                                 epochs=EpochPlan(), where="test")
+
+        def open_epoch(epoch: int, state: dict[str, Any] | None) -> Iterator[Any]:
+            setup.epochs.publish(epoch, state)  # as a front end does before its workers read
+            return interleave([setup.rounds(w, workers) for w in range(workers)], None)
+
+        return OrderedLoader(setup, open_epoch=open_epoch)
+
+    assert keys(list(loader(2))) == WHOLE
+    run = loader(2)
+    batches = iter(run)
+    assert [keys([next(batches)])[0] for _ in range(3)] == WHOLE[:3]
+    resumed = loader(3)
+    resumed.load_state_dict(json.loads(json.dumps(run.state_dict())))
+    assert keys(list(resumed)) == WHOLE[3:]

@@ -6,7 +6,10 @@ tests/integration/core/transport/test_ring.py.
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -182,3 +185,48 @@ def test_the_deterministic_orders_small_samples_travel_in_the_pickle() -> None:
     back = pickle.loads(data)
     assert equal([c.values for c in pack], [c.values for c in back])
     assert [c.done for c in back] == [False, True]
+
+
+def test_forget_unmaps_the_slots_of_ended_workers_only() -> None:
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    gone = int(ended.stdout)  # (a reused pid would only keep its slots mapped longer)
+    live = os.getpid()
+    try:
+        ring_module._held.update({(gone, 0, 1): "slot", (gone, 1, 1): "slot",
+                                  (live, 0, 1): "slot", (live, 2, 3): "slot"})
+        ring_module.forget()
+        assert sorted(ring_module._held) == [(live, 0, 1), (live, 2, 3)]
+    finally:
+        ring_module._held.clear()
+
+
+def test_a_process_keeps_one_ring() -> None:
+    """Its slots are reused from one delivery to the next: the same ring on every call."""
+    assert ring_module.ring() is ring_module.ring()
+    assert ring_module.ring().pid == os.getpid()
+
+
+def test_a_grown_slot_replaces_only_its_own_older_mapping() -> None:
+    """The receiver keeps each worker slot mapped by key; a slot grown in place (a new
+    generation) unmaps its older generation and nothing else: later deliveries, which name
+    their slot by key alone, still arrive."""
+    ring = Ring(slots=2, max_slot=8 << 20)
+    value = [b"a" * BIG] * 4
+    try:
+        first, second = export(value, ring), export(value, ring)
+        assert first is not None and second is not None
+        for shipped in (first, second):
+            rebuild, args = shipped.__reduce__()
+            assert rebuild(*args).open() == value  # the handle travels: now held by key
+        bigger = export([b"c" * (4 << 20)], ring)  # slot 0 outgrows itself
+        assert bigger is not None and bigger.key[:2] == first.key[:2]
+        rebuild, args = bigger.__reduce__()
+        assert rebuild(*args).open() == [b"c" * (4 << 20)]
+        assert sorted(ring_module._held) == sorted([bigger.key, second.key])
+        again = export(value, ring)  # a held slot again: its key alone crosses
+        assert again is not None and again.key in (bigger.key, second.key)
+        rebuild, args = again.__reduce__()
+        assert args[1] is None and rebuild(*args).open() == value
+    finally:
+        ring_module._held.clear()

@@ -1,0 +1,96 @@
+"""Tests for aisio.core.order.reader's own parts; its readers over real shards are tested in
+tests/unit/core/order/test_streams.py and test_loader.py.
+
+A reader's pack of chunks crosses to the training process with its samples in shared memory
+(tests/integration/core/transport/ for the real crossing): here, within one process, what
+multiprocessing's pickler sends and what the receiver rebuilds from it.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from aisio.core.faults.errors import ObjectNotFoundError
+from aisio.core.faults.policy import ErrorPolicy
+from aisio.core.faults.report import ErrorReport
+from aisio.core.order.reader import Chunk, RoundChunks, _to_another_process, reader_rounds
+from aisio.core.order.streams import OrderPlan
+from aisio.core.store.sources import ObjectRef
+from aisio.core.transport import ring as ring_module
+from aisio.core.transport.ring import Ring
+from tests.unit.core.order.test_streams import Store
+
+
+@pytest.fixture(autouse=True)
+def _own_ring(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A ring of this test's own as this process's (the slots it maps are unmapped after)."""
+    monkeypatch.setattr(ring_module, "_ring", Ring(slots=2))
+    yield
+    ring_module._held.clear()
+
+
+def crossed(pack: RoundChunks, *, shared: bool) -> Any:
+    """Returns ``pack`` as the receiving process rebuilds it, and checks that its samples went
+    by shared memory or not."""
+    rebuild, args = _to_another_process(pack)  # what ForkingPickler sends for a RoundChunks
+    assert (rebuild is not RoundChunks) == shared
+    if rebuild is RoundChunks:
+        return rebuild(*pickle.loads(pickle.dumps(args)))
+    bare, counts, shipped = args
+    arrive, shipped_args = shipped.__reduce__()  # as unpickling in the receiver does
+    return rebuild(pickle.loads(pickle.dumps(bare)), counts, arrive(*shipped_args))
+
+
+def fields(pack: Any) -> list[tuple[Any, ...]]:
+    return [(c.stream, c.round, c.values, c.trace, c.done, c.versions) for c in pack]
+
+
+def test_a_pack_crosses_with_each_chunk_keeping_its_own_samples_and_trace() -> None:
+    def sample(stream: int, k: int) -> dict[str, Any]:
+        return {"__key__": f"s{stream}-{k}", "jpg": bytes([stream, k]) * 8192}  # 16 KiB
+
+    pack = RoundChunks([
+        Chunk(0, 4, [sample(0, 0), sample(0, 1)], [(0, 0, 10, False), (0, 10, 20, False)],
+              False),
+        Chunk(1, 4, [], [], True, {3: "v3"}),  # a stream that ended with nothing this round
+        Chunk(2, 4, [sample(2, k) for k in range(3)], [(5, k, k + 1, k == 2) for k in range(3)],
+              False, {5: "v5"}),
+        Chunk(0, 5, [sample(0, 2)], [(0, 20, 30, True)], True),
+    ])
+    expected = fields(pack)
+    back = crossed(pack, shared=True)
+    assert type(back) is RoundChunks
+    assert fields(back) == expected
+
+
+def test_a_small_pack_is_pickled_as_it_is() -> None:
+    pack = RoundChunks([Chunk(0, 0, [{"__key__": "a", "cls": b"1"}], [(0, 0, 1, False)], True)])
+    expected = fields(pack)
+    back = crossed(pack, shared=False)
+    assert type(back) is RoundChunks and fields(back) == expected
+
+
+def test_a_skipped_shard_is_reported_with_the_samples_it_delivered() -> None:
+    """on_error="skip": a shard that cannot be opened (none of its samples delivered) and one
+    torn mid-way are each recorded under their URL with the count of their samples that were
+    delivered before the fault."""
+    store = Store([5, 6, 4, 7], seed=2)
+    missing, torn = store.refs[1].uri(), store.refs[3].uri()
+    store.data[torn] = store.data[torn][:len(store.data[torn]) // 2 + 100]
+
+    def opener(ref: ObjectRef, **kw: Any) -> Any:
+        if ref.uri() == missing:
+            raise ObjectNotFoundError("gone")  # (an error that does not name the object)
+        return store.open(ref, **kw)
+
+    policy = ErrorPolicy("skip", ErrorReport())
+    plan = OrderPlan(store.refs, seed=5, epoch=0, streams=2, batch=4, buffer=2)
+    delivered = [value["__key__"] for pack in reader_rounds(plan, [0, 1], opener, policy=policy)
+                 for chunk in pack for value in chunk.values]
+    recorded = {r["shard"]: r["samples"] for r in policy.report.records()}
+    assert recorded == {missing: 0, torn: sum(key.startswith("s3/") for key in delivered)}
+    assert 0 < recorded[torn] < 7

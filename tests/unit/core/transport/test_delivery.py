@@ -1,0 +1,130 @@
+"""Tests for aisio.core.transport.delivery: a Delivery crossing to the training process (within
+one process: what multiprocessing's pickler sends and what the receiver rebuilds; batching
+into deliveries: tests/unit/core/epochs/test_progress.py), and Failure, an aisio error raised
+in a worker sent on as an item."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+from collections.abc import Iterator
+
+import pytest
+
+import aisio
+from aisio.core.faults.policy import SKIPPED
+from aisio.core.transport import ring as ring_module
+from aisio.core.transport.delivery import (
+    POSITION,
+    VERSION,
+    Delivery,
+    Failure,
+    Positioned,
+    _to_another_process,
+    batch_delivery,
+    deliveries,
+)
+from aisio.core.transport.ring import Ring, Shipped
+
+
+def raise_in_a_worker() -> aisio.ShardFormatError:
+    try:
+        raise aisio.ShardFormatError("s.tar is truncated", url="ais://b/s.tar", offset=512)
+    except aisio.ShardFormatError as exc:
+        return exc
+
+
+def test_a_failure_in_the_training_process_is_the_error_alone() -> None:
+    error = raise_in_a_worker()
+    failure = Failure.of(error)
+    assert failure.error is error and failure.traceback is None
+    assert not hasattr(error, "__notes__")
+
+
+def test_a_failure_in_a_worker_notes_where_and_carries_its_traceback_as_text(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # as in a worker process: multiprocessing names a parent
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())
+    error = raise_in_a_worker()
+    error.__notes__ = ["a note of its own"]
+    failure = pickle.loads(pickle.dumps(Failure.of(error)))
+    where = f"worker process {os.getpid()}"
+    assert failure.error.__notes__ == ["a note of its own", f"raised in {where}"]
+    assert (failure.error.url, failure.error.offset) == ("ais://b/s.tar", 512)
+    text = failure.traceback
+    assert text is not None and text.startswith(f"in {where}:\nTraceback")
+    assert "raise_in_a_worker" in text and "ShardFormatError: s.tar is truncated" in text
+
+
+@pytest.fixture(autouse=True)
+def _own_ring(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A ring of this test's own as this process's (the slots it maps are unmapped after)."""
+    monkeypatch.setattr(ring_module, "_ring", Ring(slots=2))
+    yield
+    ring_module._held.clear()
+
+
+def crossed(delivery: Delivery, *, shared: bool) -> Delivery:
+    """Returns ``delivery`` as the receiving process rebuilds it (see test_reader.crossed)."""
+    rebuild, args = _to_another_process(delivery)  # what ForkingPickler sends for a Delivery
+    value, *rest = args
+    assert (type(value) is Shipped) == shared
+    if not shared:
+        return rebuild(*pickle.loads(pickle.dumps(args)))  # type: ignore[no-any-return]
+    arrive, shipped_args = value.__reduce__()
+    return rebuild(arrive(*shipped_args), *pickle.loads(pickle.dumps(rest)))  # type: ignore[no-any-return]
+
+
+POSITIONS = [(3, 0, 512, False), (3, 1, 1024, True), (5, 0, 700, False)]
+
+
+def test_a_delivery_crosses_with_its_positions_versions_and_emptiness() -> None:
+    value = [b"a" * 40_000, b"b" * 40_000]
+    back = crossed(Delivery(value, POSITIONS, versions={3: "v3"}), shared=True)
+    assert (list(back.positions), back.empty, back.versions) == (POSITIONS, False, {3: "v3"})
+    assert back.unpack() == value
+    small = crossed(Delivery([b"c"], POSITIONS), shared=False)
+    assert (list(small.positions), small.empty, small.unpack()) == (POSITIONS, False, [b"c"])
+    empty = crossed(Delivery(None, POSITIONS, empty=True, versions={5: "v5"}), shared=False)
+    assert (list(empty.positions), empty.empty, empty.versions) == (POSITIONS, True, {5: "v5"})
+
+
+def test_pin_memory_keeps_the_positions_versions_and_emptiness() -> None:
+    """torch's DataLoader calls pin_memory on each item with pin_memory=True: what a resume
+    counts must come through (the pinning itself needs an accelerator)."""
+    value = [b"p" * 40_000, b"q" * 40_000]
+    shipped = crossed(Delivery(value, POSITIONS, versions={3: "v3"}), shared=True)
+    for before, expected in [(shipped, value), (Delivery([1, 2], POSITIONS, versions={5: "v"}),
+                                                [1, 2]),
+                             (Delivery(None, POSITIONS, empty=True), None)]:
+        pinned = before.pin_memory()
+        assert (pinned.value, list(pinned.positions), pinned.empty, pinned.versions) == (
+            expected, POSITIONS, before.empty, before.versions)
+
+
+def test_deliveries_name_the_content_of_the_shards_their_samples_come_from() -> None:
+    """Each delivery carries the content id of each shard its samples (skipped ones too) come
+    from: what a resume compares before it reads a shard again."""
+    samples = [{"__key__": "a", POSITION: (3, 0, 10, False), VERSION: "v3"},
+               {"__key__": "b", POSITION: (3, 1, 20, True), VERSION: "v3"},
+               {"__key__": "c", POSITION: (5, 0, 10, False)},
+               {"__key__": "d", POSITION: (6, 0, 10, False), VERSION: "v6"}]
+    triples = [Positioned()(dict(sample)) for sample in samples]
+    assert [version for _, _, version in triples] == ["v3", "v3", None, "v6"]
+    assert [value["__key__"] for value, _, _ in triples] == ["a", "b", "c", "d"]
+    assert batch_delivery(triples).versions == {3: "v3", 6: "v6"}
+    skipped = [(SKIPPED if k < 2 else v, p, s) for k, (v, p, s) in enumerate(triples)]
+    assert batch_delivery(skipped[:2]).versions == {3: "v3"}  # an empty one too
+    assert [d.versions for d in deliveries(triples)] == [{3: "v3"}, {3: "v3"}, None, {6: "v6"}]
+    # the skipped samples ride along with the next one kept
+    assert [d.versions for d in deliveries(skipped)] == [{3: "v3"}, {6: "v6"}]
+    assert [d.versions for d in deliveries(triples, batch_size=3)] == [{3: "v3"}, {6: "v6"}]
+    assert [d.versions for d in deliveries(skipped[:2])] == [{3: "v3"}]
+
+
+def test_a_worker_error_without_notes_of_its_own_gets_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())
+    failure = Failure.of(raise_in_a_worker())
+    assert failure.error.__notes__ == [f"raised in worker process {os.getpid()}"]
