@@ -520,3 +520,16 @@ def test_error_survives_pickling() -> None:
         info.value.member,
         URL,
     )
+
+
+@pytest.mark.parametrize("form", [b"%06o\x00 ", b"%o\x00", b"%o \x00"])
+def test_a_signed_checksum_without_leading_zeros_is_accepted(form: bytes) -> None:
+    """Old writers sum header bytes as signed and may not zero-pad: this header's signed
+    sum is 0o5422, written from its first digit, an odd one (octal text, which only a high
+    bit in the first byte would make GNU base-256)."""
+    block = bytearray(raw_header(b"\xe9t\xe9.txt", b"%011o" % 1))
+    block[148:156] = b" " * 8
+    signed = sum(b - 256 if b >= 128 else b for b in block)
+    assert signed == 0o5422 and sum(block) != signed
+    block[148:156] = (form % signed).ljust(8, b"\x00")
+    assert names_and_data(read_all(pad(bytes(block) + b"s"))) == [("\udce9t\udce9.txt", b"s")]
