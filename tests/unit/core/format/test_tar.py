@@ -533,3 +533,15 @@ def test_a_signed_checksum_without_leading_zeros_is_accepted(form: bytes) -> Non
     assert signed == 0o5422 and sum(block) != signed
     block[148:156] = (form % signed).ljust(8, b"\x00")
     assert names_and_data(read_all(pad(bytes(block) + b"s"))) == [("\udce9t\udce9.txt", b"s")]
+
+
+def test_a_signed_checksum_of_zero_is_accepted() -> None:
+    """A header whose signed byte sum is 0 (its name's high bytes outweigh the rest), as a
+    signed-sum writer records it: a checksum of 0 is a checksum, not a missing one."""
+    name = b"\x80" * 18 + b"\xc2"
+    block = bytearray(raw_header(name, b"%011o" % 1))
+    block[148:156] = b" " * 8
+    assert sum(b - 256 if b >= 128 else b for b in block) == 0
+    block[148:156] = b"000000\x00 "
+    [member] = read_all(pad(bytes(block) + b"z"))
+    assert member.data == b"z"
