@@ -387,3 +387,22 @@ def test_a_size_field_of_twelve_digits_is_read_whole(fast: bool) -> None:
     raw[at + 148:at + 156] = b"%06o\x00 " % sum(raw[at:at + 512])
     samples = list(iter_samples(io.BytesIO(bytes(raw)), url=URL, fast=fast))
     assert [(s["__key__"], len(s.get("bin", b""))) for s in samples] == [("a", 1000), ("b", 0)]
+
+
+def test_headers_with_a_non_ascii_owner_are_read_by_the_fast_path_alike() -> None:
+    """An owner name outside ASCII puts high bytes in the headers' last 356 bytes (whose sum
+    the fast path keeps apart): every sample is read, the same as by the general reader."""
+    from aisio.core.format.samples import iter_samples
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(4):
+            for suffix, data in (("bin", bytes([i]) * 700), ("cls", b"%d" % i)):
+                info = tarfile.TarInfo(f"{i:03d}.{suffix}")
+                info.size, info.uname, info.gname = len(data), "\u00e9l\u00e8ve", "gr\u00fcn"
+                tar.addfile(info, io.BytesIO(data))
+    raw = out.getvalue()
+    assert b"\xc3\xa9l\xc3\xa8ve" in raw
+    fast = list(iter_samples(io.BytesIO(raw), url=URL))
+    assert fast == list(iter_samples(io.BytesIO(raw), url=URL, fast=False))
+    assert [(s["__key__"], s["cls"]) for s in fast] == [(f"{i:03d}", b"%d" % i) for i in range(4)]

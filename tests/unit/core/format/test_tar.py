@@ -545,3 +545,21 @@ def test_a_signed_checksum_of_zero_is_accepted() -> None:
     block[148:156] = b"000000\x00 "
     [member] = read_all(pad(bytes(block) + b"z"))
     assert member.data == b"z"
+
+
+def test_a_record_of_unknown_type_cut_short_names_itself_and_the_byte() -> None:
+    """Records of types aisio does not read are skipped with their data; cut short inside that
+    data, the error (skippable) names the record and where the data stopped."""
+    raw = raw_header(b"odd.rec", b"%011o" % 3000, b"Z") + b"z" * 1000
+    with pytest.raises(ShardFormatError, match="truncated at byte 1512 inside record") as info:
+        read_all(raw, bufsize=1024)
+    assert info.value.offset == 1512 and info.value.member == "odd.rec"
+
+
+def test_a_checksum_in_base_256_is_accepted() -> None:
+    """tarfile reads any numeric field, the checksum too, as GNU base-256 when its first byte
+    has the high bit set; so does aisio (every other reader of the shard would take it)."""
+    block = bytearray(raw_header(b"b.bin", b"%011o" % 1))
+    block[148:156] = b" " * 8
+    block[148:156] = b"\x80" + sum(block).to_bytes(7, "big")
+    assert names_and_data(read_all(pad(bytes(block) + b"b"))) == [("b.bin", b"b")]
