@@ -33,3 +33,10 @@ def test_the_file_is_removed_with_the_plan() -> None:
     del plan
     gc.collect()
     assert not path.exists()
+
+
+def test_before_anything_is_published_the_plan_is_epoch_0_from_its_start() -> None:
+    """A pipe iterated without a loader (aisio.datapipes) reads its own plan unpublished:
+    that is epoch 0, not resumed (epoch 1 would be another shard and sample order)."""
+    assert EpochPlan().read() == (0, None)
+    assert EpochPlan.temporary().read() == (0, None)

@@ -648,3 +648,37 @@ def test_a_state_without_content_ids_loads_and_a_bad_one_is_refused() -> None:
     assert EpochProgress.from_state(state, shards).tasks(shards, shuffle=False)[0].version is None
     with pytest.raises(StateMismatchError, match="corrupt"):
         check_state({**state, "versions": {"0": 7}}, shards)
+
+
+def test_positions_of_two_shards_with_running_ordinals_are_two_runs() -> None:
+    """Shard 0's samples 0-1, then shard 1's samples 2-3 (a shard resumed mid-way): the
+    ordinals run on, but the shard changes, so they are two runs, recorded as two."""
+    pos = [(0, 0, 100, False), (0, 1, 200, False), (1, 2, 300, False), (1, 3, 400, False)]
+    compact = Positions.of(pos)
+    assert compact.starts is not None and compact.starts.tolist() == [0, 2]
+    by_runs, by_sample = EpochProgress(refs(2), 1, 0), EpochProgress(refs(2), 1, 0)
+    by_runs.record(compact)
+    by_sample.record(pos)
+    assert by_runs.state_dict() == by_sample.state_dict()
+    assert by_runs.state_dict()["partial"] == {"0": [2, 200, [], None],
+                                               "1": [0, 0, [[2, 300], [3, 400]], None]}
+
+
+def test_merge_of_a_resumed_runs_ranks_closes_the_gap_one_rank_left() -> None:
+    """Resumed with shard 0 delivered up to sample 1: one rank then delivers sample 1, the
+    other samples 2 and 3. Merged, shard 0 is delivered up to sample 4, from sample 3's end."""
+    shards = refs(2)
+    before = EpochProgress(shards, 1, 0)
+    before.record([(0, 0, end_of(0, 0), False)])
+    state = json.loads(json.dumps(before.state_dict()))
+    one, two = EpochProgress.from_state(state, shards), EpochProgress.from_state(state, shards)
+    two.record([(0, 2, end_of(0, 2), False), (0, 3, end_of(0, 3), False)])
+    one.record([(0, 1, end_of(0, 1), False)])
+    for states in ([one.state_dict(), two.state_dict()], [two.state_dict(), one.state_dict()]):
+        assert merge_states(states)["partial"] == {"0": [4, end_of(0, 3), [], None]}
+
+
+def test_merge_refuses_states_of_the_deterministic_order() -> None:
+    state = {"order": "deterministic", "epoch": 0, "state": {}}
+    with pytest.raises(StateMismatchError, match=r"merge them with aisio\.gather_state"):
+        merge_states([state, state])

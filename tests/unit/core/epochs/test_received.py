@@ -140,3 +140,16 @@ def test_a_loaders_trained_reports_to_its_received_record() -> None:
     assert log == ["b0"]
     loader.trained(2)
     assert log == ["b0", "b1", "b2"]
+
+
+def test_a_new_record_counts_from_nothing_before_its_first_start() -> None:
+    """A loader makes its Received before its first epoch; until ``start()``, nothing is
+    counted yet: the first batch trained on is applied, and none is held ahead."""
+    log: list[str] = []
+    received = Received()
+    assert received.ahead == 0
+    received.follow()
+    received.add(recorder(log, "b0"))
+    received.add(recorder(log, "b1"))
+    received.trained()
+    assert log == ["b0"] and received.ahead == 1

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aisio.core.faults.errors import ShardFormatError
+from aisio.core.faults.errors import ObjectChangedError, ShardFormatError
 from aisio.core.format.samples import NO_OFFSET, group_samples, group_samples_with_end, split_key
 from aisio.core.format.tar import iter_tar
 
@@ -337,3 +337,72 @@ def test_a_cut_in_a_pax_header_names_the_member_and_gives_up_its_sample() -> Non
     assert "extended header of member 'shapes/k1.png'" in str(info.value)
     assert [s["__key__"] for s in got] == ["shapes/k0"]
     assert info.value.given_up == "shapes/k1"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("ends", [False, True])
+def test_iter_samples_yields_the_sample_a_fault_in_the_next_one_leaves_whole(ends: bool) -> None:
+    """Torn inside the first file of sample b: sample a, whole, is yielded (with its end,
+    with ``ends=True``) before the error, and no sample is given up; torn inside a's second
+    file, a is given up. As group_samples_with_end does."""
+    from aisio.core.format.samples import iter_samples
+
+    raw = _tar_bytes([("a.cls", b"1"), ("a.txt", b"x" * 600), ("b.cls", b"2" * 3000)])
+    a_end = raw.index(b"b.cls")  # b's header begins where a's last member ends
+    torn = raw[:a_end + 512 + 1000]  # inside b.cls's data
+    got, error = _collect(iter_samples(io.BytesIO(torn), url=URL, ends=ends))
+    assert isinstance(error, ShardFormatError) and error.member == "b.cls"
+    assert getattr(error, "given_up", None) is None
+    expected = {"__key__": "a", "__url__": URL, "cls": b"1", "txt": b"x" * 600}
+    assert got == ([(expected, a_end)] if ends else [expected])
+    got, error = _collect(iter_samples(io.BytesIO(raw[:1024 + 300]), url=URL, ends=ends))
+    assert got == [] and getattr(error, "given_up", None) == "a"
+
+
+def test_an_error_that_names_no_member_gives_up_the_sample_in_progress() -> None:
+    """An object that changed while it was read (an error of no tar member, skippable): the
+    whole samples before it are yielded, the one in progress is given up, and the error is
+    the one raised (a skip policy can take it), not another."""
+    changed = ObjectChangedError("ais://b/s.tar changed while it was read", url=URL)
+
+    def members() -> Iterable[tuple[str, bytes]]:
+        yield from [("a.cls", b"1"), ("a.txt", b"x"), ("b.cls", b"2")]
+        raise changed
+
+    got, error = _collect(sample for sample, _ in group_samples_with_end(members(), url=URL))
+    assert [s["__key__"] for s in got] == ["a"]
+    assert error is changed and changed.given_up == "b"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_size_field_of_twelve_digits_is_read_whole(fast: bool) -> None:
+    """A writer may fill the 12-byte size field with digits and no terminator: ``000000001750``
+    is 1,000 bytes (the fast path, which reads 11 digits, must leave such a header alone).
+    The second header: the fast path reads from the buffer the first one filled."""
+    from aisio.core.format.samples import iter_samples
+
+    raw = bytearray(_tar_bytes([("a.cls", b"7"), ("a.bin", b"q" * 1000), ("b.cls", b"8")]))
+    at = raw.index(b"a.bin")  # its header
+    raw[at + 124:at + 136] = b"%012o" % 1000
+    raw[at + 148:at + 156] = b" " * 8
+    raw[at + 148:at + 156] = b"%06o\x00 " % sum(raw[at:at + 512])
+    samples = list(iter_samples(io.BytesIO(bytes(raw)), url=URL, fast=fast))
+    assert [(s["__key__"], len(s.get("bin", b""))) for s in samples] == [("a", 1000), ("b", 0)]
+
+
+def test_headers_with_a_non_ascii_owner_are_read_by_the_fast_path_alike() -> None:
+    """An owner name outside ASCII puts high bytes in the headers' last 356 bytes (whose sum
+    the fast path keeps apart): every sample is read, the same as by the general reader."""
+    from aisio.core.format.samples import iter_samples
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(4):
+            for suffix, data in (("bin", bytes([i]) * 700), ("cls", b"%d" % i)):
+                info = tarfile.TarInfo(f"{i:03d}.{suffix}")
+                info.size, info.uname, info.gname = len(data), "\u00e9l\u00e8ve", "gr\u00fcn"
+                tar.addfile(info, io.BytesIO(data))
+    raw = out.getvalue()
+    assert b"\xc3\xa9l\xc3\xa8ve" in raw
+    fast = list(iter_samples(io.BytesIO(raw), url=URL))
+    assert fast == list(iter_samples(io.BytesIO(raw), url=URL, fast=False))
+    assert [(s["__key__"], s["cls"]) for s in fast] == [(f"{i:03d}", b"%d" % i) for i in range(4)]

@@ -520,3 +520,46 @@ def test_error_survives_pickling() -> None:
         info.value.member,
         URL,
     )
+
+
+@pytest.mark.parametrize("form", [b"%06o\x00 ", b"%o\x00", b"%o \x00"])
+def test_a_signed_checksum_without_leading_zeros_is_accepted(form: bytes) -> None:
+    """Old writers sum header bytes as signed and may not zero-pad: this header's signed
+    sum is 0o5422, written from its first digit, an odd one (octal text, which only a high
+    bit in the first byte would make GNU base-256)."""
+    block = bytearray(raw_header(b"\xe9t\xe9.txt", b"%011o" % 1))
+    block[148:156] = b" " * 8
+    signed = sum(b - 256 if b >= 128 else b for b in block)
+    assert signed == 0o5422 and sum(block) != signed
+    block[148:156] = (form % signed).ljust(8, b"\x00")
+    assert names_and_data(read_all(pad(bytes(block) + b"s"))) == [("\udce9t\udce9.txt", b"s")]
+
+
+def test_a_signed_checksum_of_zero_is_accepted() -> None:
+    """A header whose signed byte sum is 0 (its name's high bytes outweigh the rest), as a
+    signed-sum writer records it: a checksum of 0 is a checksum, not a missing one."""
+    name = b"\x80" * 18 + b"\xc2"
+    block = bytearray(raw_header(name, b"%011o" % 1))
+    block[148:156] = b" " * 8
+    assert sum(b - 256 if b >= 128 else b for b in block) == 0
+    block[148:156] = b"000000\x00 "
+    [member] = read_all(pad(bytes(block) + b"z"))
+    assert member.data == b"z"
+
+
+def test_a_record_of_unknown_type_cut_short_names_itself_and_the_byte() -> None:
+    """Records of types aisio does not read are skipped with their data; cut short inside that
+    data, the error (skippable) names the record and where the data stopped."""
+    raw = raw_header(b"odd.rec", b"%011o" % 3000, b"Z") + b"z" * 1000
+    with pytest.raises(ShardFormatError, match="truncated at byte 1512 inside record") as info:
+        read_all(raw, bufsize=1024)
+    assert info.value.offset == 1512 and info.value.member == "odd.rec"
+
+
+def test_a_checksum_in_base_256_is_accepted() -> None:
+    """tarfile reads any numeric field, the checksum too, as GNU base-256 when its first byte
+    has the high bit set; so does aisio (every other reader of the shard would take it)."""
+    block = bytearray(raw_header(b"b.bin", b"%011o" % 1))
+    block[148:156] = b" " * 8
+    block[148:156] = b"\x80" + sum(block).to_bytes(7, "big")
+    assert names_and_data(read_all(pad(bytes(block) + b"b"))) == [("b.bin", b"b")]

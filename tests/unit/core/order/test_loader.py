@@ -294,3 +294,76 @@ def test_a_front_end_over_the_setups_rounds_resumes_where_it_stopped(
     resumed = loader(3)
     resumed.load_state_dict(json.loads(json.dumps(run.state_dict())))
     assert keys(list(resumed)) == WHOLE[3:]
+
+
+def test_a_rank_whose_streams_have_no_shard_yields_nothing_and_no_batch_to_train_on() -> None:
+    """Two shards over four streams: rank 1 of 2 owns the two streams without a shard, so its
+    one round is empty. Its epoch ends without error (earlier skips in the report are not
+    this epoch's), and a trainer has no batch of it to report trained."""
+    with pytest.warns(UserWarning, match="streams"):
+        run = ordered(Store([7, 5], SEED), rank=1, world=2, batch=4, streams=4)
+    assert run.report is not None
+    run.report.record(aisio.ShardFormatError("bad", url="ais://b/old.tar"))  # an earlier epoch's
+    run.follow_trainer()
+    assert list(run) == [] and run.epoch == 1
+    with pytest.raises(aisio.UsageError, match="has yielded 0"):
+        run.trained()
+
+
+def test_a_round_whose_samples_were_all_skipped_counts_with_the_batch_trained_before_it(
+) -> None:
+    """A trainer that fetches a batch ahead (Lightning's fetcher) trains on WHOLE[0], then
+    on WHOLE[2]: round 1, skipped whole, lies between them. The state after the second
+    report covers rounds 0 to 2, so a resume yields WHOLE[3:] and nothing again."""
+    skipped = set(WHOLE[1])
+
+    def stage(sample: dict[str, Any]) -> Any:
+        return SKIPPED if sample["__key__"] in skipped else sample
+
+    run = ordered(STORE, stage=stage)
+    run.follow_trainer()
+    batches = iter(run)
+    first, second = next(batches), next(batches)  # WHOLE[1] is skipped on the way
+    run.trained()  # the step on the first batch
+    next(batches)  # fetched ahead of the step on the second
+    run.trained()
+    assert keys([first, second]) == [WHOLE[0], WHOLE[2]]
+    resumed = ordered(STORE, stage=stage)
+    resumed.load_state_dict(json.loads(json.dumps(run.state_dict())))
+    assert keys(list(resumed)) == WHOLE[3:]
+
+
+def test_an_epoch_that_a_rank_ends_early_is_over_like_any_other() -> None:
+    """With ``uneven="drop"`` every rank stops once one runs out (``sync`` says so): the
+    loader is then at the next epoch, its state that epoch's start."""
+    run = ordered(STORE)
+    answers = iter([True, True, False])
+    run._sync = lambda have_batch: next(answers)
+    assert keys(list(run)) == WHOLE[:2]
+    assert run.epoch == 1 and run.state_dict()["epoch"] == 1
+    assert keys(list(ordered(STORE))) == WHOLE  # (the same run from its start, for scale)
+
+
+def test_the_setups_rounds_default_to_one_reader_and_apply_the_error_policy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rounds()`` with no worker named is the only reader of the rank (all its streams);
+    a bad shard under ``on_error="skip"`` is skipped and recorded, not sent as a failure."""
+    bad = STORE.refs[2].uri()
+
+    def open(self: Any, ref: Any, **kw: Any) -> Any:
+        if ref.uri() == bad:
+            raise aisio.ObjectNotFoundError("gone", url=bad)
+        return STORE.open(ref, **kw)
+
+    monkeypatch.setattr(Fetcher, "open", open)
+    spec = PipelineSpec.build(endpoint="http://127.0.0.1:9", batch_size=8, on_error="skip",
+                              map=lambda sample: sample["__key__"])
+    setup = OrderSetup.build(STORE.refs, spec, seed=SEED, streams=4, rank=0, world=1,
+                             epochs=EpochPlan(), where="test")
+    setup.epochs.publish(0, None)
+    packs = list(setup.rounds())
+    assert not any(isinstance(pack, Failure) for pack in packs)
+    got = {key for pack in packs for chunk in pack for key in chunk.values}
+    assert got == {key for index in range(len(SIZES)) if index != 2
+                   for key in STORE.samples(index)}
+    assert spec.report is not None and [r["shard"] for r in spec.report.records()] == [bad]

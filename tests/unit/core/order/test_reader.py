@@ -8,17 +8,26 @@ multiprocessing's pickler sends and what the receiver rebuilds from it.
 
 from __future__ import annotations
 
+import json
 import pickle
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from aisio.core.faults.errors import ObjectNotFoundError
+from aisio.core.faults.errors import ObjectChangedError, ObjectNotFoundError, ShardFormatError
 from aisio.core.faults.policy import ErrorPolicy
 from aisio.core.faults.report import ErrorReport
-from aisio.core.order.reader import Chunk, RoundChunks, _to_another_process, reader_rounds
-from aisio.core.order.streams import OrderPlan
+from aisio.core.order.reader import (
+    Chunk,
+    RoundChunks,
+    StreamReader,
+    _to_another_process,
+    reader_rounds,
+    refill,
+)
+from aisio.core.order.reorder import Reorderer
+from aisio.core.order.streams import DelayBuffer, OrderPlan
 from aisio.core.store.sources import ObjectRef
 from aisio.core.transport import ring as ring_module
 from aisio.core.transport.ring import Ring
@@ -94,3 +103,57 @@ def test_a_skipped_shard_is_reported_with_the_samples_it_delivered() -> None:
     recorded = {r["shard"]: r["samples"] for r in policy.report.records()}
     assert recorded == {missing: 0, torn: sum(key.startswith("s3/") for key in delivered)}
     assert 0 < recorded[torn] < 7
+
+
+def test_each_position_names_the_samples_shard_and_its_ordinal_in_that_shard() -> None:
+    """A stream of three shards, no buffer: every sample's position is ``(shard, ordinal in
+    the shard, ...)`` (the keys of Store say which: ``s<shard>/k<ordinal>``), from 0 in each
+    shard, as a resume reads them."""
+    store = Store([4, 3, 5], seed=1)
+    plan = OrderPlan(store.refs, seed=1, epoch=0, streams=1, batch=2, buffer=0)
+    positions = [(position[:2], sample["__key__"])
+                 for position, sample, _ in StreamReader(plan, 0, store.open).outputs()]
+    assert len(positions) == 12
+    assert all(key == f"s{shard}/k{ordinal:03d}" for (shard, ordinal), key in positions)
+
+
+def test_a_shard_read_again_for_its_buffered_samples_must_have_its_saved_content() -> None:
+    """At step 5 the stream reads its second shard while its buffer still holds samples of
+    the first; a resume reads those again from a byte past the first header, so a rewrite
+    of that header is seen only by the content id the state saved."""
+    store = Store([12, 12, 12], seed=3)
+    plan = OrderPlan(store.refs, seed=3, epoch=0, streams=1, batch=2, buffer=8)
+    reorderer = Reorderer(plan)
+    items = reorderer.batches(reader_rounds(plan, [0], store.open))
+    for _ in range(5):
+        next(items)
+    state = json.loads(json.dumps(reorderer.state_dict()))
+    entry = state["state"]["0"]
+    buffered = {span[0] for span in entry[5]} - {plan.stream_shards(0)[entry[2]]}
+    assert len(buffered) == 1 and all(span[2] > 0 for span in entry[5] if span[0] in buffered)
+    name = store.refs[buffered.pop()].uri()
+    store.data[name] = store.data[name].replace(b"s", b"t", 1)  # one byte of its first header
+    with pytest.raises(ObjectChangedError, match=name.replace(".", r"\.")):
+        list(reader_rounds(plan, [0], store.open, state=state))
+
+
+def test_a_span_read_again_from_a_changed_shard_names_the_shard_and_byte() -> None:
+    """A span of sample 4's byte on, wanting sample 6: over a shard that now ends there, the
+    error names the shard and the byte; over one torn inside a member, the tar error names
+    the shard (as every error of a read does)."""
+    store = Store([12], seed=3)
+    url = store.refs[0].uri()
+    data = store.data[url]
+    start = data.index(b"s0/k004.bin")  # where sample 4 begins: its first header (a name)
+    span = [0, 0, start, 4, 2]
+    buffer: DelayBuffer[Any] = DelayBuffer(8, 0)
+    refill(buffer, [span], store.refs, store.open)
+    assert [item[0][:2] for _, item in buffer._heap] == [(0, 6)]
+    store.data[url] = data[:start] + bytes(1024)  # ends (end-of-archive blocks) at the byte
+    with pytest.raises(ObjectChangedError, match=f"no sample 6 past byte {start} ") as changed:
+        refill(DelayBuffer(8, 0), [span], store.refs, store.open)
+    assert changed.value.url == url
+    store.data[url] = data[:start + 700]  # torn inside sample 4's first member
+    with pytest.raises(ShardFormatError, match="truncated") as torn:
+        refill(DelayBuffer(8, 0), [span], store.refs, store.open)
+    assert torn.value.url == url
