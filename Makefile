@@ -9,7 +9,7 @@ PY_TD011 := .venv-td011/bin/python
 LOADER ?= dataloader2
 DEMO_PY := $(if $(filter nodes,$(LOADER)),$(PY_TD011),$(PY))
 
-.PHONY: demo test lint setup test-td09 test-td011 test-trainers notebook docs mutate
+.PHONY: demo test lint setup test-td09 test-td011 test-trainers test-long notebook docs mutate
 setup:
 	@scripts/bootstrap.sh
 
@@ -47,6 +47,11 @@ test-td011: setup
 
 test: lint docs test-td09
 	$(PY_TD011) -m pytest --durations=30 --ignore=tests/docs -m "not long" --once-ran-in=$(RAN)
+
+# Everything marked long (the trainer matrix, the benchmark suite's smoke run, the node with ETL
+# support, the exit-traceback checks), by hand (the trainer matrix alone takes about 7 minutes).
+test-long: setup
+	$(PY) -m pytest -m long --durations=20
 
 # The long profile, by hand: each trainer (Lightning, Fabric, accelerate, torchrun) killed and
 # resumed on 1 and 2 processes, both orders (about 6 minutes; make test runs a bounded part).

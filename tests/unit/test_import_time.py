@@ -35,9 +35,12 @@ def test_cli_does_not_import_torch(argv: list[str]) -> None:
     assert "aisio.tools.cli" in modules
     assert not {m for m in modules if m == "torch" or m.startswith(("torch.", "torchdata"))}
     assert "matplotlib" not in modules  # about a second; preview draws with Pillow
-    # The console script's path: `from aisio.tools.cli import main`.
+
+
+def test_the_console_scripts_path_does_not_import_torch() -> None:
+    """`aisio` as installed runs `from aisio.tools.cli import main`, not `-m aisio`."""
     modules = imported_modules("-c", "from aisio.tools.cli import main; main(['--help'])")
-    assert "torch" not in modules
+    assert "aisio.tools.cli" in modules and "torch" not in modules
 
 
 def test_functional_forms_after_a_bare_import_aisio() -> None:

@@ -24,6 +24,7 @@ from benchmarks.suite.main import main
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.long  # a minute: the benchmark is not the library (make test-long runs it)
 def test_quick_suite_writes_table_json_and_plot(ais_endpoint: str, tmp_path: Path) -> None:
     out = tmp_path / "bench"
     code = main(["--quick", "--endpoint", ais_endpoint, "--out", str(out)])

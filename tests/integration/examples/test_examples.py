@@ -208,8 +208,7 @@ def test_notebook_runs_end_to_end(ais_endpoint: str, tmp_path: Path) -> None:
     assert 'src="data:image/png;base64,' in html
 
 
-@pytest.mark.torchdata
-@pytest.mark.slow
+@pytest.mark.slow  # once, on DataLoader2 (nodes' kill and resume: core/epochs/test_resume.py)
 def test_resume_after_kill(example: Callable[[str], ModuleType], ais_endpoint: str,
                            monkeypatch: pytest.MonkeyPatch,
                            capsys: pytest.CaptureFixture[str]) -> None:
