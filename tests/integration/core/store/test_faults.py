@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -43,7 +42,6 @@ def test_proxy_restart_mid_epoch_with_default_retries(own_playground: Playground
     thread = threading.Thread(target=chaos)
     thread.start()
     got = []
-    started = time.monotonic()
     try:
         with caplog.at_level(logging.DEBUG, logger="aisio"):
             for sample in aisio.AISFileLoader(template, config=config).ais_parse_webdataset():
@@ -56,7 +54,6 @@ def test_proxy_restart_mid_epoch_with_default_retries(own_playground: Playground
         thread.join()
     assert Counter(got) == Counter(keys)
     assert any("(re)forming" in r.getMessage() for r in caplog.records)
-    assert time.monotonic() - started < 120
 
 
 def test_restart_returns_when_the_node_serves(own_playground: Playground) -> None:
