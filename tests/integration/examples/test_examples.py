@@ -208,14 +208,14 @@ def test_notebook_runs_end_to_end(ais_endpoint: str, tmp_path: Path) -> None:
     assert 'src="data:image/png;base64,' in html
 
 
-@pytest.mark.slow  # once, on DataLoader2 (nodes' kill and resume: core/epochs/test_resume.py)
+@needs_dataloader2  # once (nodes' kill and resume: core/epochs/test_resume.py)
+@pytest.mark.slow
 def test_resume_after_kill(example: Callable[[str], ModuleType], ais_endpoint: str,
                            monkeypatch: pytest.MonkeyPatch,
                            capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("AIS_ENDPOINT", ais_endpoint)
     resume = example("resume_after_kill")
-    loader = "dataloader2" if HAS_DATALOADER2 else "nodes"
-    assert resume.main(["--loader", loader, "--workers", "2", "1", "--seed", "3",
+    assert resume.main(["--loader", "dataloader2", "--workers", "2", "1", "--seed", "3",
                         "--order", "deterministic"]) == 0
     out = capsys.readouterr().out
     assert "killed at step" in out and "each exactly once" in out
