@@ -154,3 +154,18 @@ def thread_token() -> tuple[int, int]:
     if getattr(_thread_local, "pid", None) != os.getpid():
         _thread_local.pid, _thread_local.token = os.getpid(), next(_thread_tokens)
     return _thread_local.pid, _thread_local.token
+
+
+def child_pids() -> set[int]:
+    """Returns the pids of this process's live child processes (Linux's /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[1]) == os.getpid():
+                found.add(int(entry))
+    return found

@@ -293,10 +293,11 @@ class _ByValue:
         return (_tensor, (bytes(_bytes_of(tensor)), tensor.dtype, tuple(tensor.shape)))
 
 
-def _tensor(data: bytes, dtype: Any, shape: tuple[int, ...]) -> Any:
+def _tensor(data: Any, dtype: Any, shape: tuple[int, ...], pin: bool = False) -> Any:
+    """Returns a new tensor (in pinned memory when ``pin``) holding the bytes ``data``."""
     import torch
 
-    out = torch.empty(shape, dtype=dtype)
+    out = torch.empty(shape, dtype=dtype, pin_memory=pin)
     _bytes_of(out)[:] = data
     return out
 
@@ -368,10 +369,7 @@ def _fill(skeleton: Any, view: memoryview, pin: bool) -> Any:
         start = _HEADER + skeleton.offset
         if skeleton.kind == "b":
             return bytes(view[start:start + skeleton.size])
-        import torch
-
-        out = torch.empty(skeleton.shape, dtype=skeleton.dtype, pin_memory=pin)
-        _bytes_of(out)[:] = view[start:start + skeleton.size]
+        out = _tensor(view[start:start + skeleton.size], skeleton.dtype, skeleton.shape, pin)
         return out.numpy() if skeleton.kind == "n" else out
     if kind is dict:
         return {k: _fill(v, view, pin) for k, v in skeleton.items()}

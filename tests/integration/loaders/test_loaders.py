@@ -19,7 +19,7 @@ import torch
 import aisio
 from aisio.core.store.client import Client
 from aisio.core.store.urls import Bucket
-from tests.conftest import LOADERS, needs_dataloader2, thread_token, write_shards
+from tests.conftest import LOADERS, child_pids, needs_dataloader2, thread_token, write_shards
 
 OPTIONS = {"shuffle_buffer": 16, "tuple_fields": ("__key__", "cls"), "batch_size": 4}
 
@@ -177,21 +177,6 @@ def test_no_loader_warns_on_a_plain_run(make: Any, ais_endpoint: str,
     assert [str(w.message) for w in caught] == []
 
 
-def _children() -> set[int]:
-    """Returns the pids of this process's live child processes (Linux's /proc)."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z" and int(fields[1]) == os.getpid():
-                found.add(int(entry))
-    return found
-
-
 def _pid(data: bytes) -> int:
     """A field decoder that says which process decoded the sample."""
     return os.getpid()
@@ -242,14 +227,14 @@ def test_nodes_mapper_processes_start_once_and_serve_every_epoch(
     template, keys = shards
     loader = LOADERS["nodes"](template, url=ais_endpoint, num_workers=2, seed=2,
                               method="process", **PID_OPTIONS)
-    before = _children()
+    before = child_pids()
     epochs, pools = [], []
     try:
         for _ in range(3):
             got = [(key, pid) for batch in loader for key, pid in batch]
             assert Counter(key for key, _ in got) == Counter(keys)
             epochs.append({pid for _, pid in got})
-            pools.append(_children() - before)  # the processes the loader started
+            pools.append(child_pids() - before)  # the processes the loader started
     finally:
         loader.shutdown()
     served = epochs[0] | epochs[1] | epochs[2]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import aisio.runtime.setup
 from aisio.core.store.client import Client
 from aisio.core.store.urls import AISPath, Bucket
 from tests import order_model
-from tests.conftest import LOADERS, tar_bytes, write_shards
+from tests.conftest import LOADERS, child_pids, tar_bytes, write_shards
 
 OPTS: dict[str, Any] = dict(order="deterministic", streams=4, batch_size=8, shuffle_buffer=6,
                             seed=5, tuple_fields=("__key__", "cls"),
@@ -162,35 +161,20 @@ def test_a_state_of_another_plan_or_order_is_refused(
         aisio.merge_states([state, state])
 
 
-def _children() -> set[int]:
-    """Returns the pids of this process's live child processes (Linux's /proc)."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z" and int(fields[1]) == os.getpid():
-                found.add(int(entry))
-    return found
-
-
 @pytest.mark.parametrize("kind", [k for k in ("dataloader", "dataloader2") if k in LOADERS])
 def test_workers_live_across_epochs_and_a_bad_shard_keeps_its_error(
         kind: str, shards: tuple[str, list[str]], ais_endpoint: str, ais_client: Client,
         bucket: Bucket) -> None:
     template, keys = shards
-    before = _children()
+    before = child_pids()
     loader = _loader(kind, template, ais_endpoint, 2)
     try:
         _keys(loader)
         current = loader.current
-        workers = _children() - before  # the loader's worker processes
+        workers = child_pids() - before  # the loader's worker processes
         assert len(workers) == 2, workers
         assert len(_keys(loader)) > 0 and loader.current is current and loader.epoch == 2
-        assert _children() - before == workers  # the same two served the second epoch
+        assert child_pids() - before == workers  # the same two served the second epoch
     finally:
         loader.shutdown()
     # a shard whose first tar header is corrupt (its checksum field overwritten)
