@@ -20,12 +20,10 @@ loader's state and the keys seen) and ``resume-b`` (load that state, read to the
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 import json
 import os
 import pickle
-import select
 import sys
 import tarfile
 import time
@@ -33,6 +31,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from benchmarks.forkserver import serve
 
 ACCESS = {"AWS_ACCESS_KEY_ID": "aisio-bench", "AWS_SECRET_ACCESS_KEY": "aisio-bench",
           "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
@@ -381,48 +381,7 @@ def _child(spec: str, out: str) -> None:
 
 
 def _serve(system: str) -> None:
-    answers = os.fdopen(os.dup(1), "w")  # the pids; anything else printed goes to stderr
-    os.dup2(2, 1)
-    for name in ["torch", *PRELOAD.get(system, [])]:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
-    children: dict[int, str] = {}
-    stdin = sys.stdin.fileno()
-    pending, open_ = b"", True
-    while open_ or children:
-        for pid in list(children):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                with contextlib.suppress(OSError):
-                    Path(f"{children.pop(pid)}.exit").write_text(
-                        str(os.waitstatus_to_exitcode(status)))
-        if not open_:
-            time.sleep(0.02)
-            continue
-        ready, _, _ = select.select([stdin], [], [], 0.02)
-        if not ready:
-            continue
-        chunk = os.read(stdin, 65536)
-        if not chunk:
-            open_ = False
-            continue
-        pending += chunk
-        while b"\n" in pending:
-            line, pending = pending.split(b"\n", 1)
-            spec, out = line.decode().split("\t")
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    os.close(stdin)
-                    answers.close()
-                    _child(spec, out)
-                    code = 0
-                finally:
-                    os._exit(code)
-            children[pid] = out
-            answers.write(f"{pid}\n")
-            answers.flush()
+    serve(["torch", *PRELOAD.get(system, [])], _child, poll_seconds=0.02)
 
 
 def main(argv: list[str]) -> None:

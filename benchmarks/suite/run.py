@@ -20,12 +20,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import importlib
 import json
 import multiprocessing
 import os
 import resource
-import select
 import signal
 import subprocess
 import sys
@@ -37,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.forkserver import serve
 from benchmarks.suite.arms import ARMS, Counts, Job
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -258,53 +257,10 @@ _SERVERS_LOCK = threading.Lock()
 
 
 def _serve() -> None:
-    """``python -m benchmarks.suite.run --serve``: imports the arms' modules once, then for each
-    ``JOB.json<TAB>OUT.json`` line on stdin forks a child that runs the arm, answers its pid,
-    and writes its exit code to ``OUT.json.exit`` once it has ended. Single-threaded (the
-    children are forked from it); ends when stdin closes and every child has ended."""
-    answers = os.fdopen(os.dup(1), "w")  # the pids; anything else printed goes to stderr
-    os.dup2(2, 1)
-    for name in ["torch", "aisio", *_PRELOAD]:
-        with contextlib.suppress(ImportError):  # (keepup needs DataLoader2: not in every env)
-            importlib.import_module(name)
-    children: dict[int, str] = {}
-    stdin = sys.stdin.fileno()
-    pending = b""
-    open_ = True
-    while open_ or children:
-        for pid in list(children):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                with contextlib.suppress(OSError):  # (its folder is gone if it was given up)
-                    Path(f"{children.pop(pid)}.exit").write_text(
-                        str(os.waitstatus_to_exitcode(status)))
-        if not open_:
-            time.sleep(_POLL_SECONDS)
-            continue
-        ready, _, _ = select.select([stdin], [], [], _POLL_SECONDS)
-        if not ready:
-            continue
-        chunk = os.read(stdin, 65536)
-        if not chunk:
-            open_ = False
-            continue
-        pending += chunk
-        while b"\n" in pending:
-            line, pending = pending.split(b"\n", 1)
-            spec, out = line.decode().split("\t")
-            pid = os.fork()
-            if pid == 0:  # the arm
-                code = 1
-                try:
-                    os.close(stdin)
-                    answers.close()
-                    _main([spec, out])
-                    code = 0
-                finally:
-                    os._exit(code)
-            children[pid] = out
-            answers.write(f"{pid}\n")
-            answers.flush()
+    """``python -m benchmarks.suite.run --serve``: imports the arms' modules once, then runs
+    each arm in a child forked from it (:func:`benchmarks.forkserver.serve`)."""
+    serve(["torch", "aisio", *_PRELOAD], lambda job, out: _main([job, out]),
+          poll_seconds=_POLL_SECONDS)
 
 
 def _watch(pid: int, poll: Callable[[], Any], kill: Callable[[], None], out: Path,
