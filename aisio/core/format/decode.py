@@ -285,18 +285,37 @@ class Decoder:
         plans = self._plans
         for field, value in sample.items():
             plan = plans.get(field, _UNPLANNED)
-            if plan is None or not isinstance(value, bytes):
-                out[field] = value
-                continue
-            if plan is _UNPLANNED:
-                plan = self._plan(sample, field)
-            if plan is None:
-                out[field] = value
-            elif plan is _SLOW:
-                out[field] = self.decode_field(sample, field, value)
-            else:
-                out[field] = self._run(plan, sample, field, value)
+            out[field] = (value if plan is None or not isinstance(value, bytes)
+                          else self._apply(plan, sample, field, value))
         return out
+
+    def picked(self, sample: Mapping[str, Any], fields: tuple[str, ...],
+               values: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Returns ``values``, the fields ``fields`` of ``sample``, each decoded as
+        :meth:`__call__` decodes it: ``to_tuple(decoder(sample), *fields)`` without decoding
+        (or copying) the fields it leaves out.
+
+        Raises:
+            DecodeError: see :meth:`__call__`.
+        """
+        plans = self._plans
+        out = []
+        for field, value in zip(fields, values, strict=True):
+            plan = plans.get(field, _UNPLANNED)
+            out.append(value if plan is None or not isinstance(value, bytes)
+                       else self._apply(plan, sample, field, value))
+        return tuple(out)
+
+    def _apply(self, plan: Any, sample: Mapping[str, Any], field: str, data: bytes) -> Any:
+        """Returns a bytes field decoded by its plan (planning it first when ``plan`` is
+        ``_UNPLANNED``)."""
+        if plan is _UNPLANNED:
+            plan = self._plan(sample, field)
+            if plan is None:
+                return data
+        if plan is _SLOW:
+            return self.decode_field(sample, field, data)
+        return self._run(plan, sample, field, data)
 
     def _plan(self, sample: Mapping[str, Any], field: str) -> Any:
         """Returns what ``__call__`` does with a bytes field named ``field``, and remembers it:
@@ -445,6 +464,9 @@ class FieldPicker:
         plain = not missing_ok and not any(";" in field for field in self.fields)
         self._get = operator.itemgetter(*self.fields) if plain else None
         self._one = len(self.fields) == 1
+        self.plain = self._get is not None
+        """Whether each field is one name (no alternatives, no ``missing_ok``): then the
+        values picked are those of ``fields``, in order."""
 
     def __call__(self, sample: Mapping[str, Any]) -> tuple[Any, ...]:
         if self._get is not None:

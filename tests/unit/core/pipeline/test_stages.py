@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import pickle
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -12,7 +14,7 @@ from PIL import Image
 from aisio import Decoder, ErrorReport
 from aisio.core.faults.errors import DecodeError
 from aisio.core.faults.policy import SKIPPED, is_kept
-from aisio.core.format.decode import FieldDecodeError, MissingFieldError
+from aisio.core.format.decode import FieldDecodeError, FieldPicker, MissingFieldError
 from aisio.core.pipeline.spec import PipelineSpec
 from aisio.core.pipeline.stages import SampleStage
 
@@ -82,6 +84,39 @@ def test_stage_pickles_and_checks_its_policy() -> None:
     assert pickle.loads(pickle.dumps(SKIPPED)) is SKIPPED
     with pytest.raises(ValueError, match="on_error"):
         SampleStage(on_error="ignore")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------- decoding what is picked
+
+
+def test_a_tuple_stage_decodes_only_the_fields_it_picks() -> None:
+    """A field left out of tuple_fields is neither decoded nor able to fail the sample; the
+    fields picked decode (and fail) as before."""
+    sample = {"__key__": "a", "__url__": URL, "json": b"{not json", "cls": b"3", "jpg": jpeg()}
+    assert SampleStage(Decoder("rgb8"), "cls")(sample) == (3,)
+    with pytest.raises(FieldDecodeError, match="'json'"):
+        SampleStage(Decoder("rgb8"), "cls json")(sample)
+
+
+@pytest.mark.parametrize("fields", ["cls", "jpg cls", "cls __key__ jpg", "jpg;png cls"])
+@pytest.mark.parametrize("decoder", [Decoder(), Decoder(None, only=["cls"]), Decoder("rgb8")])
+def test_a_tuple_stage_gives_what_decoding_then_picking_gives(fields: str,
+                                                             decoder: Decoder) -> None:
+    for sample in samples()[:2]:
+        got = SampleStage(decoder, fields)(sample)
+        want = FieldPicker(fields)(decoder(sample))
+        assert len(got) == len(want)
+        for a, b in zip(got, want, strict=True):
+            assert type(a) is type(b)
+            assert (a == b).all() if hasattr(a, "shape") else a == b
+
+
+def test_a_decoder_subclass_with_its_own_call_is_called() -> None:
+    class Upper(Decoder):
+        def __call__(self, sample: Mapping[str, Any]) -> dict[str, Any]:
+            return {k: v.upper() if isinstance(v, bytes) else v for k, v in sample.items()}
+
+    assert SampleStage(Upper(), "txt")({"__key__": "a", "txt": b"hi"}) == (b"HI",)
 
 
 # ------------------------------------------------------------------------------------- advice
