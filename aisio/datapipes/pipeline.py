@@ -32,6 +32,7 @@ from aisio.core.faults.policy import SKIPPED, is_kept
 from aisio.core.format.collate import BatchCollate, sample_name
 from aisio.core.format.decode import to_tuple
 from aisio.core.format.decode import tuple_fields as _tuple_fields
+from aisio.core.format.runs import Columns, RunPlan
 from aisio.core.pipeline.spec import PipelineSpec, check_options, documents_options
 from aisio.core.store.sources import ObjectRef, objects, resolve_one
 from aisio.core.system.threads import thread_map
@@ -211,15 +212,15 @@ class SampleQuota(IterDataPipe):
                 return
 
 
-def samples_pipe(source: IterDataPipe, spec: PipelineSpec, *, shuffle: bool = True
-                 ) -> IterDataPipe:
+def samples_pipe(source: IterDataPipe, spec: PipelineSpec, *, shuffle: bool = True,
+                 runs: RunPlan | None = None) -> IterDataPipe:
     """Returns ``source`` (shard names or tasks, already split) -> load -> parse -> shuffle
     samples (unless ``shuffle=False``): the middle of every aisio pipeline (decoding and tuples
-    follow, per sample)."""
+    follow, per sample; ``runs``: see :class:`~aisio.WebDatasetParser`)."""
     pipe: IterDataPipe = AISFileLoader(source, config=spec.config, etl=spec.etl,
                                        concurrency=spec.concurrency, on_error=spec.on_error,
                                        report=spec.report, cache=spec.cache)
-    pipe = WebDatasetParser(pipe, on_error=spec.on_error, report=spec.report)
+    pipe = WebDatasetParser(pipe, on_error=spec.on_error, report=spec.report, runs=runs)
     if spec.shuffle_buffer and shuffle:
         pipe = pipe.shuffle(buffer_size=spec.shuffle_buffer)
     return pipe
@@ -308,6 +309,7 @@ class DeliveryPipe(IterDataPipe):
         spec = self.spec
         # The per-sample stage runs here, through the builtin map, not as a DataPipe of its
         # own: a DataPipe's per-item hooks cost more than a 2 KiB sample's parse.
+        # Columns (runs of regular samples, already staged) pass the stage by.
         triples: Iterable[Placed] = (self.source if self.stage is None
                                      else map(self.stage, self.source))
         if spec.drop_last and spec.batch_size:
@@ -318,7 +320,9 @@ class DeliveryPipe(IterDataPipe):
 
         def watched() -> Iterator[Any]:
             for item in triples:
-                if is_kept(item[0]):
+                if type(item) is Columns:
+                    kept.extend(item.positions)
+                elif is_kept(item[0]):
                     kept.append(item[1])  # deliveries() collates the last len(batch) of these
                 yield item
 
@@ -398,7 +402,7 @@ def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int,
     plan = plan if plan is not None else EpochPlan()
     tasks = ShardTasks(shards, seed=seed, shuffle=spec.shuffle_shards, plan=plan)
     stage = Positioned(spec.stage())
-    samples = samples_pipe(tasks.sharding_filter(), spec, shuffle=False)
+    samples = samples_pipe(tasks.sharding_filter(), spec, shuffle=False, runs=spec.runs())
     if spec.shuffle_buffer:
         samples = EpochShuffle(samples, spec.shuffle_buffer, plan=plan, seed=seed, rank=rank)
     if spec.decode_threads:

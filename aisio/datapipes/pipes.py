@@ -14,6 +14,7 @@ from typing import Any
 from aisio.core.epochs.progress import ShardTask
 from aisio.core.faults.policy import ErrorPolicy, OnError
 from aisio.core.faults.report import ErrorReport
+from aisio.core.format.runs import RunPlan
 from aisio.core.pipeline.fetch import Fetcher
 from aisio.core.pipeline.parse import parse_streams
 from aisio.core.store.cache import ShardCache
@@ -298,6 +299,9 @@ class WebDatasetParser(Unhooked, IterDataPipe):
             none is repeated.
         report: where skipped shards are recorded; pass a file-backed
             ``ErrorReport.temporary()`` to read records made in DataLoader2 workers.
+        runs: for the resumable loaders' own pipeline (its deliveries take them): samples of
+            a shard task in runs of regular ones come as
+            :class:`~aisio.core.format.runs.Columns` of the fields the plan picks.
 
     Example:
         >>> samples = AISFileLoader(["ais://b/shard-{0..9}.tar"], url=endpoint
@@ -307,11 +311,13 @@ class WebDatasetParser(Unhooked, IterDataPipe):
     _is_child_datapipe = False  # see _AISDataPipe
 
     def __init__(self, source_datapipe: Iterable[tuple[str, Any]], *,
-                 on_error: OnError = "raise", report: ErrorReport | None = None) -> None:
+                 on_error: OnError = "raise", report: ErrorReport | None = None,
+                 runs: RunPlan | None = None) -> None:
         _fix_dataloader2()
         self.source_datapipe = source_datapipe
         self.report = report if report is not None else ErrorReport()
         self.policy = ErrorPolicy(on_error, self.report)
+        self.runs = runs
 
     def _unhooked_iter(self, check: Callable[[], None]) -> Iterator[dict[str, Any]]:
-        return parse_streams(_checked(self.source_datapipe, check), self.policy)
+        return parse_streams(_checked(self.source_datapipe, check), self.policy, runs=self.runs)

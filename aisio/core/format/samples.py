@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from aisio.core.faults.errors import AISIOError, ShardFormatError
+from aisio.core.format.runs import CONTINUES, Columns, RunPlan, regular_run
 from aisio.core.format.tar import BLOCK, BinaryReadable, ShardReader, TarMember
 from aisio.core.system import timing
 
@@ -159,6 +160,7 @@ def iter_samples(
     ends: bool = False,
     fast: bool = True,
     tag: Tag | None = None,
+    runs: RunPlan | None = None,
 ) -> Iterator[Any]:
     """Yields the WebDataset samples of a tar stream, read and grouped in one pass.
 
@@ -185,13 +187,20 @@ def iter_samples(
             the ``extra`` fields; samples whose ordinal is in ``skip`` are read but not
             yielded (a resumed shard task: :func:`aisio.core.pipeline.parse.task_samples`). ``last``
             is True for the shard's final sample only.
+        runs: with a ``tag`` whose ``skip`` is empty: where the read buffer holds a run of
+            regular samples (:func:`aisio.core.format.runs.regular_run`), yield them at once
+            as one :class:`~aisio.core.format.runs.Columns` of the fields ``runs`` picks, in
+            place of their dicts (for a loader whose per-sample stage is that pick).
 
     Raises:
         ShardFormatError: as :func:`aisio.core.format.tar.iter_tar`, or a suffix repeats in a
             sample.
         LoaderUnavailableError: the shard is zstd-compressed and ``zstandard`` is missing.
     """
-    return _scan(ShardReader(stream, url, start_offset, bufsize), url, ends, fast, tag)
+    if runs is not None and (tag is None or tag[3] or ends or not fast):
+        runs = None
+    reader = ShardReader(stream, url, start_offset, bufsize, gather=runs is not None)
+    return _scan(reader, url, ends, fast, tag, runs)
 
 
 Tag = tuple[str, int, int, "frozenset[int] | set[int]", "dict[str, Any]"]
@@ -226,8 +235,8 @@ def _tail_sum(tail: bytes) -> int:
     return (zlib.adler32(tail[:178], 0) & 0xFFFF) + (zlib.adler32(tail[178:], 0) & 0xFFFF)
 
 
-def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None
-          ) -> Iterator[Any]:
+def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None,
+          runs: RunPlan | None = None) -> Iterator[Any]:
     """Yields samples (or ``(sample, end)`` pairs) from ``reader`` (see :func:`iter_samples`)."""
     field, shard, ordinal, skip, extra = tag if tag is not None else ("", 0, 0, frozenset(), {})
     unpack_from = _COMMON.unpack_from
@@ -254,6 +263,7 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None
     tail = b""
     tail_sum = 0
     closed = False
+    tried: bytes | None = None  # the buffer a run was last looked for in
     try:
         try:
             try:
@@ -262,6 +272,34 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None
                 buf, pos, base = src.buf, src.pos, src.base
                 limit = len(buf) - BLOCK if fast else -1
                 while True:
+                    if runs is not None and buf is not tried and pos <= limit:
+                        tried = buf  # once a buffer: a run ends where the buffer stops vouching
+                        run = regular_run(buf, pos, runs, url, key)
+                        if run is CONTINUES:  # look again after the sample in progress
+                            tried = None
+                        elif run is not None:
+                            busy += clock() - resumed
+                            if sample is not None:  # the run's first sample ends this one
+                                members += len(sample) - 2
+                                sample[field] = (shard, ordinal, end, False)
+                                sample.update(extra)
+                                yield sample
+                                ordinal += 1
+                                sample = key = None
+                            count = len(run.values)
+                            yield Columns(run.values, [
+                                (shard, ordinal + i, base + stop, False)
+                                for i, stop in enumerate(run.ends)], extra)
+                            ordinal += count
+                            members += run.members
+                            timing.add("decode", 0.0, count)
+                            if members - counted >= 256:
+                                seconds = timer.seconds
+                                _report(busy, seconds - read_before, members - counted)
+                                busy, read_before, counted = 0.0, seconds, members
+                            resumed = clock()
+                            pos, name = run.stop, run.last_name
+                            continue
                     ok = False
                     if pos <= limit:
                         (name_f, size_d, size_nul, chk_d, chk_nul, _, typeflag,

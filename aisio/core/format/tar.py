@@ -85,11 +85,14 @@ class _Source:
         base: absolute shard offset of ``buf[0]``.
     """
 
-    __slots__ = ("_read", "base", "buf", "bufsize", "pos")
+    __slots__ = ("_deferred", "_read", "base", "buf", "bufsize", "gather", "pos")
 
-    def __init__(self, read: Callable[[int], bytes | None], start_offset: int, bufsize: int):
+    def __init__(self, read: Callable[[int], bytes | None], start_offset: int, bufsize: int,
+                 gather: bool = False):
         self._read = read
         self.bufsize = bufsize
+        self.gather = gather
+        self._deferred: BaseException | None = None  # a gathering read's error, not yet due
         self.buf = b""
         self.pos = 0
         self.base = start_offset
@@ -105,8 +108,20 @@ class _Source:
         # With bytes left over, read only what completes them: joining them with a whole new
         # chunk would copy that chunk once more (16% of the time on 100 KiB members).
         size = 0 if rest else self.bufsize
-        while have < need:
-            chunk = read(max(size, need - have))
+        want = max(need, self.bufsize) if self.gather else need
+        if self._deferred is not None:
+            error, self._deferred = self._deferred, None
+            raise error
+        while have < want:
+            try:
+                chunk = read(max(size, want - have))
+            except Exception as exc:
+                if have < need:
+                    raise
+                # Gathering beyond what is needed: the bytes read so far are parsed first, and
+                # the error raised when more are needed, as without gathering.
+                self._deferred = exc
+                break
             if not chunk:
                 break
             chunks.append(chunk)
@@ -384,17 +399,20 @@ class ShardReader:
         last_name: the last member read (named in a later header's error).
     """
 
-    __slots__ = ("_pending", "bufsize", "decompressed", "last_name", "src", "start_offset",
-                 "stream", "timer", "url")
+    __slots__ = ("_pending", "bufsize", "decompressed", "gather", "last_name", "src",
+                 "start_offset", "stream", "timer", "url")
 
     def __init__(self, stream: BinaryReadable, url: str | None, start_offset: int,
-                 bufsize: int) -> None:
+                 bufsize: int, *, gather: bool = False) -> None:
         self.stream = stream
         self.url = url
         self.start_offset = start_offset
         self.bufsize = bufsize
+        #: refill the buffer to ``bufsize`` bytes, however many reads that takes (for runs of
+        #: small samples: a run's cost is mostly per buffer), not to what one read gives
+        self.gather = gather
         self.timer = _TimedReader(stream)
-        self.src = _Source(self.timer.read, start_offset, bufsize)
+        self.src = _Source(self.timer.read, start_offset, bufsize, gather)
         self.decompressed: DecompressedStream | None = None
         self.last_name: str | None = None
         self._pending = _Pending()
@@ -406,7 +424,7 @@ class ShardReader:
         if self.start_offset:
             return  # reopened at a member boundary: plain tar
         tar_stream, self.decompressed = open_shard(self.timer, url=self.url)
-        self.src = _Source(tar_stream.read, 0, self.bufsize)
+        self.src = _Source(tar_stream.read, 0, self.bufsize, self.gather)
 
     def reraise(self, exc: ShardFormatError) -> None:
         """Raises what to report instead of ``exc``, an error met while reading the tar of a

@@ -21,6 +21,7 @@ from aisio.core.faults.errors import ConfigError
 from aisio.core.faults.policy import ErrorPolicy, OnError, check_on_error
 from aisio.core.faults.report import ErrorReport
 from aisio.core.format.decode import Decoder, field_names
+from aisio.core.format.runs import RunPlan
 from aisio.core.pipeline.fetch import Fetcher
 from aisio.core.pipeline.stages import SampleStage
 from aisio.core.store.cache import ShardCache
@@ -178,6 +179,17 @@ class PipelineSpec:
             return None
         return SampleStage(self.decoder, self.tuple_fields, on_error=self.on_error,
                            report=self.report, times=self.times, map=self.map)
+
+    def runs(self) -> RunPlan | None:
+        """Returns what the resumable loaders' parser may give at once for runs of regular
+        samples (:mod:`aisio.core.format.runs`): the stage's tuple of picked fields, when that
+        is all the stage does and every batch is collated from such tuples as they come; else
+        None (per sample: a sample shuffle, decode threads, ``map``, ``drop_last``, alternatives
+        between fields, a decoder a run does not give)."""
+        if (not self.batch_size or not self.collate or self.shuffle_buffer or self.decode_threads
+                or self.drop_last or self.map is not None or self.tuple_fields is None):
+            return None
+        return RunPlan.of(self.decoder, self.tuple_fields)
 
     def fetcher(self) -> Fetcher:
         """Returns the fetcher that reads this pipeline's shards."""

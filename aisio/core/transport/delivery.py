@@ -29,6 +29,7 @@ from aisio.core.faults.policy import (
     carrying_warnings,
     warn_in_user_code,
 )
+from aisio.core.format.runs import Columns
 from aisio.core.transport import ring
 
 POSITION = "__pos__"
@@ -207,6 +208,8 @@ class Positioned:
         self.stage = stage
 
     def __call__(self, sample: dict[str, Any]) -> tuple[Any, Position, str | None]:
+        if type(sample) is Columns:  # already staged (a run of regular samples)
+            return sample
         position = sample.pop(POSITION)
         version = sample.pop(VERSION, None)
         return (self.stage(sample) if self.stage is not None else sample), position, version
@@ -243,7 +246,31 @@ def deliveries(triples: Iterable[Placed], *, batch_size: int | None = None,
     batch: list[Any] = []
     positions: list[Position] = []
     versions: dict[int, str] = {}
-    for value, position, version in triples:
+    for item in triples:
+        if type(item) is Columns:  # a run of samples, staged: as many triples at once
+            version = item.extra.get(VERSION)
+            if version is not None:
+                versions[item.positions[0][0]] = version
+            if not batch_size:
+                for value, position in zip(item.values, item.positions, strict=True):
+                    positions.append(position)
+                    yield Delivery(value, positions, versions=versions or None)
+                    positions = []
+                versions = {}
+                continue
+            batch.extend(item.values)
+            positions.extend(item.positions)
+            while len(batch) >= batch_size:
+                over = len(batch) - batch_size  # values (and positions) of the next batch
+                cut = len(positions) - over
+                yield Delivery(collate(batch[:batch_size]) if collate is not None
+                               else batch[:batch_size], Positions.of(positions[:cut]),
+                               versions=versions or None)
+                batch, positions = batch[batch_size:], positions[cut:]
+                versions = {item.positions[0][0]: version} if version is not None and over \
+                    else {}
+            continue
+        value, position, version = item
         positions.append(position)
         if version is not None:
             versions[position[0]] = version

@@ -4,7 +4,9 @@ counts samples."""
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,8 +14,9 @@ from typing import Any
 import pytest
 
 import aisio
+from aisio.core.pipeline.spec import PipelineSpec
 from aisio.core.store.client import Client
-from aisio.core.store.urls import Bucket, bucket_url
+from aisio.core.store.urls import AISPath, Bucket, bucket_url
 from tests.conftest import LOADERS, needs_dataloader2, write_shards
 
 
@@ -170,3 +173,57 @@ def test_a_state_without_versions_still_resumes(ais_endpoint: str, ais_client: C
     resumed.load_state_dict(state)
     got.extend(key for (batch,) in resumed for key in batch)
     assert Counter(got) == Counter(keys)
+
+
+def test_runs_of_small_samples_resume_exactly_once(ais_client: Client, bucket: Bucket,
+                                                   tmp_path: Path, ais_endpoint: str) -> None:
+    """The one-call loader in one process over shards of small samples, in their stored order:
+    the path where regular samples come in runs (aisio.core.format.runs), stopped mid-epoch
+    and resumed: every sample once, each batch as the per-sample path makes it."""
+    template, keys = _ustar_shards(ais_client, bucket, shards=3, per_shard=150)
+    options: dict[str, Any] = {
+        "url": ais_endpoint, "batch_size": 16, "shuffle_buffer": 0, "shuffle_shards": False,
+        "decode": aisio.Decoder(None, only=["cls"]), "tuple_fields": ("__key__", "bin", "cls"),
+        "num_workers": 0, "seed": 1}
+    assert PipelineSpec.build(**{k: v for k, v in options.items()
+                                 if k not in ("num_workers", "seed")}).runs() is not None
+    per_sample = aisio.webdataset_dataloader(template, **options, map=_same)
+    expected = [(list(k), list(b), c.tolist()) for k, b, c in per_sample]
+    loader = aisio.webdataset_dataloader(template, **options)
+    got = []
+    for step, (k, b, c) in enumerate(loader):
+        got.append((list(k), list(b), c.tolist()))
+        if step == 12:
+            state = json.loads(json.dumps(loader.state_dict()))
+            break
+    resumed = aisio.webdataset_dataloader(template, **options)
+    resumed.load_state_dict(state)
+    got.extend((list(k), list(b), c.tolist()) for k, b, c in resumed)
+    assert got == expected
+    assert Counter(key for k, _, _ in got for key in k) == Counter(keys)
+
+
+def _ustar_shards(client: Client, bucket: Bucket, *, shards: int, per_shard: int
+                  ) -> tuple[str, list[str]]:
+    """Uploads shards of ``(bin, cls)`` samples written as plain ustar members (as tarfile
+    and GNU tar write them; webdataset's TarWriter gives each member a pax header, which the
+    per-member parser reads); returns (template, keys)."""
+    keys = []
+    for s in range(shards):
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for i in range(per_shard + s):
+                key = f"s{s:04d}/sample{i:05d}"
+                for suffix, data in (("bin", bytes([i % 256]) * (40 + i % 50)),
+                                     ("cls", str((s + i) % 10).encode())):
+                    info = tarfile.TarInfo(f"{key}.{suffix}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+                keys.append(key)
+        client.put_object(AISPath(bucket, f"runs-{s:04d}.tar"), out.getvalue())
+    return bucket.uri(f"runs-{{0000..{shards - 1:04d}}}.tar"), keys
+
+
+def _same(item: Any) -> Any:
+    """A map= that changes nothing: it keeps the loader on the per-sample path."""
+    return item

@@ -9,11 +9,13 @@ import multiprocessing
 import os
 import pickle
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 import aisio
 from aisio.core.faults.policy import SKIPPED
+from aisio.core.format.runs import Columns
 from aisio.core.transport import ring as ring_module
 from aisio.core.transport.delivery import (
     POSITION,
@@ -128,3 +130,23 @@ def test_a_worker_error_without_notes_of_its_own_gets_one(
     monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())
     failure = Failure.of(raise_in_a_worker())
     assert failure.error.__notes__ == [f"raised in worker process {os.getpid()}"]
+
+
+@pytest.mark.parametrize("batch_size", [None, 1, 3, 4])
+def test_a_run_of_samples_is_delivered_as_its_samples_one_by_one_would_be(
+        batch_size: int | None) -> None:
+    """A run (Columns: many samples' values at once, from the parser) among single samples:
+    the same deliveries, values, positions and content ids, as the samples one by one."""
+    def triple(i: int, version: str | None) -> tuple[Any, Any, str | None]:
+        return (f"v{i}", (2, i, 100 * i, False), version)
+
+    one_by_one = [triple(0, None), (SKIPPED, (2, 1, 100, False), None),
+                  *(triple(i, "c2") for i in range(2, 9)), triple(9, "c2")]
+    run = Columns([f"v{i}" for i in range(2, 9)], [(2, i, 100 * i, False) for i in range(2, 9)],
+                  {VERSION: "c2"})
+    mixed = [*one_by_one[:2], run, one_by_one[-1]]
+    want = [(d.value, list(d.positions), d.versions, d.empty)
+            for d in deliveries(one_by_one, batch_size=batch_size)]
+    got = [(d.value, list(d.positions), d.versions, d.empty)
+           for d in deliveries(mixed, batch_size=batch_size)]
+    assert got == want

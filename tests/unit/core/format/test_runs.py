@@ -1,0 +1,295 @@
+"""Runs of regular samples (aisio.core.format.runs) against the per-member parser and the stage.
+
+A run hands a loader the picked fields of many samples at once, in place of their dicts. It is
+only an optimisation: on random archives that are mostly regular (long stretches of the same
+suffixes, now and then a sample that is not: a field missing or repeated, another key width,
+an upper-case suffix, a label int() reads but plain digits do not spell, a pax or GNU long
+name, a directory, a key that continues) and on corrupt and truncated ones, the values,
+positions and errors must be exactly those of the per-member parser followed by the stage.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from aisio import Decoder
+from aisio.core.faults.errors import AISIOError
+from aisio.core.format.runs import CONTINUES, Columns, RunPlan, regular_run
+from aisio.core.format.samples import iter_samples
+from aisio.core.pipeline.stages import SampleStage
+
+URL = "ais://bucket/shard-007.tar"
+TAG = ("__pos__", 7, 0, frozenset(), {"__version__": "v1"})
+
+_ODD = ["missing", "extra", "other", "width", "upper", "newline", "sign", "letters", "long",
+        "pax", "gnu", "dir", "repeat", "continues", "slash", "underscore", "meta", "empty",
+        "dotkey", "prefix", "mtime"]
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes, *, kind: str = "file",
+         mtime: int | None = None) -> None:
+    info = tarfile.TarInfo(name)
+    info.mtime = 1_700_000_000 if mtime is None else mtime
+    if kind == "dir":
+        info.type = tarfile.DIRTYPE
+    else:
+        info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _sample(tar: tarfile.TarFile, fmt: int, i: int, odd: str | None, payload: bytes,
+            label: int) -> None:
+    """Writes sample ``s{i:05d}`` (``jpg`` and ``cls``), made irregular as ``odd`` says."""
+    if odd == "gnu" and fmt == tarfile.USTAR_FORMAT:  # a name ustar cannot store
+        odd = "pax"
+    key = f"s{i:05d}" if odd != "width" else f"s{i:07d}"
+    key = {"continues": f"s{max(i - 1, 0):05d}", "slash": f"d/s{i:05d}",
+           "underscore": f"_s{i:05d}", "pax": f"s{i:03d}é", "gnu": f"s{i:05d}" + "g" * 120,
+           "dotkey": f"s.{i:04d}", "prefix": "p" * 90 + f"/s{i:05d}",
+           }.get(odd or "", key)  # (keys of the regular samples' length in bytes, but "width")
+    digits = str(label).encode()
+    digits = {"newline": digits + b"\n", "sign": b"+" + digits, "letters": b"x" + digits,
+              "empty": b"", "long": b"9" * 20}.get(odd or "", digits)
+    if odd == "dir":
+        _add(tar, key + ".d", b"", kind="dir")
+    _add(tar, f"{key}.jpg", payload, mtime=12345 if odd == "mtime" else None)
+    if odd == "meta":
+        _add(tar, f"__{key}.x__", b"meta")
+    if odd != "missing":
+        _add(tar, f"{key}.{ {'upper': 'CLS', 'other': 'txt'}.get(odd or '', 'cls') }", digits)
+    if odd == "extra":
+        _add(tar, f"{key}.txt", b"more")
+    if odd == "repeat":
+        _add(tar, f"{key}.jpg", payload)
+
+
+@st.composite
+def mostly_regular(draw: st.DrawFn) -> bytes:
+    """Returns a WebDataset tar of samples ``s00042.{jpg,cls}`` (random payloads of 0-600
+    bytes, labels of 1-3 digits), now and then a sample made irregular in one way (one way
+    per archive, so that each comes up often between regular ones)."""
+    fmt = draw(st.sampled_from([tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]))
+    kind = draw(st.sampled_from(_ODD))
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as tar:
+        for i in range(draw(st.integers(0, 80))):
+            odd = kind if draw(st.integers(0, 11)) == 0 else None
+            _sample(tar, fmt, i, odd, draw(st.binary(max_size=600)), draw(st.integers(0, 999)))
+    return out.getvalue()
+
+
+def _staged(read: Any, stage: SampleStage) -> tuple[str, Any, int]:
+    """Returns ``("ok" or "error", what came, how many came in runs)``: each sample as
+    ``(value, position, version)`` (the stage applied to a dict, as a loader applies it), up to
+    the first error (its type, message, offset, member)."""
+    items: list[Any] = []
+    in_runs = 0
+    try:
+        for item in read():
+            if type(item) is Columns:
+                in_runs += len(item.values)
+                items.extend((value, position, item.extra.get("__version__"))
+                             for value, position in zip(item.values, item.positions,
+                                                        strict=True))
+                continue
+            position, version = item.pop("__pos__"), item.pop("__version__", None)
+            items.append((stage(item), position, version))
+        return "ok", items, in_runs
+    except AISIOError as exc:
+        return "error", (items, type(exc).__name__, str(exc), getattr(exc, "offset", None),
+                         getattr(exc, "member", None)), in_runs
+
+
+def _both(raw: bytes, bufsize: int, fields: tuple[str, ...], decoder: Decoder | None
+          ) -> tuple[Any, Any]:
+    stage = SampleStage(decoder, fields)
+    plan = RunPlan.of(decoder, fields)
+    assert plan is not None
+
+    def per_member() -> Any:
+        return iter_samples(io.BytesIO(raw), url=URL, bufsize=bufsize, tag=TAG)
+
+    def with_runs() -> Any:
+        return iter_samples(io.BytesIO(raw), url=URL, bufsize=bufsize, tag=TAG, runs=plan)
+
+    return _staged(per_member, stage), _staged(with_runs, stage)
+
+
+_SETTINGS = settings(max_examples=120, deadline=None,
+                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+_BUFSIZES = st.sampled_from([4096, 65536, 1 << 20, 1 << 20])
+_PICKS = st.sampled_from([("__key__", "jpg", "cls"), ("cls",), ("jpg", "__url__"),
+                          ("cls", "jpg")])
+_DECODERS = st.sampled_from([Decoder(None, only=["cls"]), Decoder(None), None])
+
+
+@_SETTINGS
+@given(raw=mostly_regular(), bufsize=_BUFSIZES, fields=_PICKS, decoder=_DECODERS)
+def test_runs_give_what_the_per_member_parser_and_the_stage_give(
+        raw: bytes, bufsize: int, fields: tuple[str, ...], decoder: Decoder | None) -> None:
+    reference, runs = _both(raw, bufsize, fields, decoder)
+    assert runs[:2] == reference[:2]
+
+
+@_SETTINGS
+@given(raw=mostly_regular(), bufsize=_BUFSIZES, where=st.integers(0, 1 << 20),
+       byte=st.integers(0, 255), cut=st.booleans())
+def test_corrupt_or_truncated_archives_fail_alike(raw: bytes, bufsize: int, where: int,
+                                                   byte: int, cut: bool) -> None:
+    assume(len(raw) > 0)
+    where %= len(raw)
+    bad = raw[:where] if cut else raw[:where] + bytes([byte]) + raw[where + 1:]
+    reference, runs = _both(bad, bufsize, ("__key__", "jpg", "cls"), Decoder(None, only=["cls"]))
+    assert runs[:2] == reference[:2]
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.PAX_FORMAT])
+@pytest.mark.parametrize("odd", _ODD)
+def test_one_irregular_sample_between_runs(odd: str, fmt: int) -> None:
+    """Each way a sample can be irregular, alone between regular ones: the same values,
+    positions and errors as per member, and the regular ones around it still in runs."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as tar:
+        for i in range(61):
+            _sample(tar, fmt, i, odd if i == 30 else None, bytes([i]) * (i * 7), i)
+    reference, runs = _both(out.getvalue(), 1 << 20, ("__key__", "jpg", "cls"),
+                            Decoder(None, only=["cls"]))
+    assert runs[:2] == reference[:2]
+    assert runs[2] >= 20  # samples before the odd one came in a run
+
+
+def test_a_header_whose_checksum_fails_ends_the_run_before_it() -> None:
+    raw = bytearray(_regular(61))
+    at = 30 * 2048 + 136  # sample 30's first header: a byte of its mtime
+    raw[at] ^= 0x01
+    reference, runs = _both(bytes(raw), 1 << 20, ("__key__", "jpg", "cls"),
+                            Decoder(None, only=["cls"]))
+    assert reference[0] == "error" and reference[1][1] == "ShardFormatError"
+    assert runs[:2] == reference[:2] and runs[2] >= 20
+
+
+@pytest.mark.parametrize(("suffixes", "fields"), [
+    (("jpg", "c/ls"), ("__key__", "jpg")),    # "/" after the dot: not a member of the sample
+    (("jpg", "clś"), ("__key__", "jpg")),      # a suffix that is not ASCII
+    (("jpg", "cls", "jpg"), ("__key__", "jpg")),  # a suffix twice in every sample
+    (("x__",), ("__key__",)),                  # every name a meta file's ("__s00001.x__")
+])
+def test_samples_irregular_alike_are_left_to_the_per_member_parser(
+        suffixes: tuple[str, ...], fields: tuple[str, ...]) -> None:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(40):
+            key = f"__s{i:05d}" if suffixes == ("x__",) else f"s{i:05d}"
+            for suffix in suffixes:
+                _add(tar, f"{key}.{suffix}", str(i).encode())
+    reference, runs = _both(out.getvalue(), 1 << 20, fields, Decoder(None))
+    assert runs == reference
+
+
+def test_no_run_of_samples_that_repeat_a_suffix() -> None:
+    """(The per-member parser raises at the first such sample; a run must not begin at one.)"""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(40):
+            for suffix in ("jpg", "cls", "jpg"):
+                _add(tar, f"s{i:05d}.{suffix}", b"1")
+    assert regular_run(out.getvalue(), 0, RunPlan(("cls",), ("int",)), URL, None) is None
+
+
+def _regular(samples: int) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(samples):
+            _add(tar, f"s{i:05d}.jpg", bytes([i % 256]) * (100 + i))
+            _add(tar, f"s{i:05d}.cls", str(i).encode())
+    return out.getvalue()
+
+
+def test_a_regular_shard_comes_in_runs_and_only_its_last_sample_alone() -> None:
+    """The fast path applies where it should (a run that silently never happens would pass the
+    properties above): all but the first sample (read as the buffer fills) and the last
+    (whose end only the archive's end shows) come in one run."""
+    raw = _regular(300)
+    assert len(raw) < 1 << 20  # one read buffer
+    plan = RunPlan.of(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
+    items = list(iter_samples(io.BytesIO(raw), url=URL, tag=TAG, runs=plan))
+    runs = [item for item in items if type(item) is Columns]
+    # The first sample is read as the buffer fills (member by member), the last alone.
+    assert len(runs) == 1 and len(runs[0].values) == 298 and len(items) == 3
+    assert type(items[-1]) is dict and items[-1]["__pos__"][3] is True  # the last, marked
+    first = runs[0]
+    assert first.values[2] == ("s00003", bytes([3]) * 103, 3)
+    assert first.positions[:2] == [(7, 1, 2 * 2048, False), (7, 2, 3 * 2048, False)]
+    assert first.extra == {"__version__": "v1"}
+
+
+def test_a_run_begins_after_the_sample_in_progress() -> None:
+    raw = _regular(40)
+    plan = RunPlan(("cls",), ("int",))
+    assert regular_run(raw, 0, plan, URL, "s00000") is CONTINUES
+    run = regular_run(raw, 0, plan, URL, "s99999")
+    assert run is not None and run is not CONTINUES and len(run.values) == 39
+
+
+@pytest.mark.parametrize(("decoder", "fields", "planned"), [
+    (Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"), ("key", "raw", "int")),
+    (None, ("jpg", "__url__"), ("raw", "url")),
+    (Decoder("rgb8"), ("jpg", "cls"), None),          # an image decoded: per sample
+    (Decoder(None), ("json",), None),                 # json decoded: per sample
+    (Decoder(None), ("jpg;png", "cls"), None),         # alternatives: per sample
+    (Decoder(None, only=["cls"]), ("seg.png",), None),  # a suffix with a dot
+    (Decoder(None), ("pyd",), None),                  # a pickle: the stage refuses it
+    (Decoder(None, custom={"cls": int}), ("cls",), None),  # a custom decoder
+])
+def test_a_plan_only_for_what_a_run_gives(decoder: Decoder | None, fields: tuple[str, ...],
+                                          planned: tuple[str, ...] | None) -> None:
+    plan = RunPlan.of(decoder, fields)
+    assert (plan.kinds if plan is not None else None) == planned
+
+
+class _Breaking(io.RawIOBase):
+    """A stream that gives ``chunk`` bytes a read and raises ConnectionError at ``fail``."""
+
+    def __init__(self, raw: bytes, chunk: int, fail: int) -> None:
+        self.raw, self.chunk, self.fail, self.pos = raw, chunk, fail, 0
+
+    def read(self, size: int = -1) -> bytes:
+        if self.pos >= self.fail:
+            raise ConnectionError(f"connection reset at byte {self.pos}")
+        data = self.raw[self.pos:self.pos + min(size, self.chunk, self.fail - self.pos)]
+        self.pos += len(data)
+        return data
+
+
+@pytest.mark.parametrize("fail", [100_000, 300_000, 500_000])
+def test_a_read_that_fails_while_gathering_loses_no_sample_read_before_it(fail: int) -> None:
+    """With runs, the parser fills its buffer with several reads (a run's cost is per buffer);
+    a read that fails on the way is raised only once the bytes read before it are parsed:
+    the samples that come before the error without runs come with them (and the one whole
+    sample whose end a run saw in the next header, which the per-member reader had not yet
+    given when the read failed)."""
+    raw = _regular(300)
+    plan = RunPlan.of(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
+    stage = SampleStage(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
+
+    def read(runs: RunPlan | None) -> list[Any]:
+        got: list[Any] = []
+        with pytest.raises(ConnectionError, match=f"byte {fail}"):
+            for item in iter_samples(_Breaking(raw, 65_536, fail), url=URL, tag=TAG,
+                                     runs=runs):
+                if type(item) is Columns:
+                    got.extend(item.values)
+                else:
+                    item.pop("__pos__"), item.pop("__version__")
+                    got.append(stage(item))
+        return got
+
+    with_runs, per_member = read(plan), read(None)
+    assert with_runs[:len(per_member)] == per_member
+    assert len(per_member) >= fail // 2048 - 2 and len(with_runs) - len(per_member) <= 1
