@@ -31,6 +31,7 @@ from aisio.core.store.sources import (
     resolve_one,
 )
 from aisio.core.store.urls import ETL, AISPath, to_etl
+from aisio.core.system.imports import after_import, quietly
 from aisio.datapipes.base import (
     IterDataPipe,
     StreamWrapper,
@@ -75,7 +76,14 @@ class _AISDataPipe(IterDataPipe):
 def _fix_dataloader2() -> None:
     """Installs aisio's fix of DataLoader2's multiprocessing round robin (torchdata 0.9), so
     that any DataLoader2 over aisio DataPipes, hand-made ones too, survives workers that yield
-    different numbers of items. Nothing to do where torchdata has no DataLoader2."""
+    different numbers of items: now if torchdata's DataLoader2 is imported, else as soon as it
+    is (a loader that never uses it never imports it: torchdata's DataLoader2 brings its
+    DataPipes, the aistore SDK and pydantic along). Nothing to do where torchdata has no
+    DataLoader2."""
+    after_import("torchdata.dataloader2", quietly(_install_mpfix))
+
+
+def _install_mpfix() -> None:
     try:
         from aisio.datapipes import mpfix
     except ImportError:

@@ -38,7 +38,7 @@ from aisio.core.transport.delivery import Delivery
 from aisio.datapipes.pipeline import ResampledBatches, epoch_pipe
 from aisio.runtime.ordered import OrderedStreams, batch_collate, can_pin
 from aisio.runtime.setup import loader_setup
-from aisio.runtime.workers import collect_before_fork, widen_pipe, worker_died, worker_init_fn
+from aisio.runtime.workers import forking, widen_pipe, worker_died, worker_init_fn
 
 #: DataLoader's options these loaders pass through (``drop_last`` is the pipeline's: batches
 #: are made in the workers).
@@ -88,11 +88,13 @@ def _pinnable(item: Any) -> Any:
 def _widen_results(loader: Any) -> None:
     """Widens the pipe of each worker iterator ``loader`` makes (its ``_worker_result_queue``,
     which all its workers write to; see :func:`~aisio.runtime.workers.widen_pipe`), as the
-    iterator is made: the first epoch's with persistent workers, else each epoch's."""
+    iterator is made: the first epoch's with persistent workers, else each epoch's. The
+    iterator forks the workers inside :func:`~aisio.runtime.workers.forking`."""
     make = loader._get_iterator
 
     def get_iterator() -> Any:
-        iterator = make()
+        with forking():
+            iterator = make()
         widen_pipe(getattr(iterator, "_worker_result_queue", None))
         _name_dead_workers(iterator, type(loader).__name__)
         return iterator
@@ -227,9 +229,7 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
         plan.publish(epoch, resume)  # before iter(): the workers read it when they start
         if not current:
             current.append(build())
-        if num_workers and getattr(current[0], "_iterator", None) is None:
-            collect_before_fork()  # its iter() starts the workers
-        return current[0]
+        return current[0]  # its iter() forks the workers (see _widen_results)
 
     def close() -> None:
         while current:

@@ -6,12 +6,14 @@ process, and a reader knows which worker it runs in.
   thread that watches the parent in every case. DataLoader2 (``aisio.datapipes.mpfix``) and
   torch's DataLoader / StatefulDataLoader (:func:`init_worker`) both run it first in each
   worker.
-* :func:`collect_before_fork` and :func:`keep_inherited` keep a worker from running the
-  finalizers of the training process's garbage: a loader dropped (or failed) before another
-  started its workers is collected in the training process first, and whatever a worker
-  inherited is never collected in it (a torch DataLoader iterator collected in a forked
-  worker printed "Exception ignored in ... __del__: AssertionError: can only test a child
-  process" as it tried to stop workers that are not its children).
+* :func:`collect_before_fork` (or :func:`forking`, which collects only when a dropped
+  loader's workers may be alive, and freezes the collector while the workers fork) and
+  :func:`keep_inherited` keep a worker from running the finalizers of the training process's
+  garbage: a loader dropped (or failed) before another started its workers is collected in
+  the training process first, and whatever a worker inherited is never collected in it (a
+  torch DataLoader iterator collected in a forked worker printed "Exception ignored in ...
+  __del__: AssertionError: can only test a child process" as it tried to stop workers that
+  are not its children).
 * :func:`worker_id` is this process's worker number (0 in the training process), whichever
   loader started it: torch's ``get_worker_info()``, or what DataLoader2's worker set with
   :func:`set_worker_id`.
@@ -28,12 +30,13 @@ import contextlib
 import ctypes
 import functools
 import gc
+import multiprocessing
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +105,29 @@ def collect_before_fork() -> None:
     it: a loader dropped in a reference cycle has its workers stopped here, by its own
     finalizer, rather than its copy finalized in a new worker (see the module doc)."""
     gc.collect()
+
+
+@contextlib.contextmanager
+def forking() -> Iterator[None]:
+    """Forks worker processes inside it without a full collection when none is needed.
+
+    A dropped loader's workers are child processes that are still alive: with any alive, the
+    garbage is collected first, as :func:`collect_before_fork` does. Either way the collector
+    is frozen while the workers fork (``gc.freeze``, undone after), so a worker never
+    finalizes what it inherited, not even before its ``worker_init_fn`` freezes it for good;
+    the training process collects its garbage itself, later. A full collection costs a
+    process that imported torch tens of milliseconds before its first batch. Where the user
+    froze objects of their own, it collects as before and leaves their freeze alone."""
+    if gc.get_freeze_count() or multiprocessing.active_children():
+        collect_before_fork()
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def keep_inherited() -> None:

@@ -86,3 +86,31 @@ def test_all_is_complete_and_resolvable() -> None:
     for name in aisio.__all__:
         assert getattr(aisio, name) is not None
     assert set(aisio.__all__) <= set(dir(aisio))
+
+
+# What a fresh job would import only to throw away: torchdata's DataLoader2 brings its
+# DataPipes, the aistore SDK (pydantic, tenacity, yaml) and fsspec along.
+HEAVY = ("aistore", "fsspec", "pydantic", "tenacity", "torchdata.dataloader2",
+         "torchdata.datapipes", "webdataset", "yaml")
+
+
+def test_a_fresh_job_imports_only_what_its_first_batch_needs() -> None:
+    """`import aisio` imports no torch; building the DataLoader front end's loader imports
+    none of HEAVY (checked by sys.modules, in a process of its own; the loader opens no
+    socket before its first batch). DataLoader2 still gets aisio's fix when it is imported
+    after the DataPipes were built (tests/unit/datapipes/test_mpfix.py)."""
+    code = f"""
+import sys
+heavy = lambda: sorted(m for m in sys.modules for h in {HEAVY!r} + ("torch",)
+                       if m == h or m.startswith(h + "."))
+import aisio
+print("import aisio:", heavy())
+loader = aisio.webdataset_dataloader(["ais://b/s-0.tar", "ais://b/s-1.tar"],
+                                     endpoint="http://127.0.0.1:9", num_workers=2,
+                                     batch_size=4, decode=aisio.Decoder(None, only=["cls"]))
+print("built:", [m for m in heavy() if not m.startswith("torch.") and m != "torch"])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["import aisio: []", "built: []"]

@@ -4,6 +4,8 @@ killed in tests/integration/core/transport/test_ring.py)."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 from collections import deque
 from typing import Any
 
@@ -81,3 +83,22 @@ def test_the_same_error_from_a_live_worker_is_raised_as_it_is() -> None:
             next(mpfix._round_robin(robin))
     finally:
         del mpfix._PROCESSES[id(robin)]
+
+
+def test_the_fix_reaches_a_dataloader2_imported_after_aisio_datapipes() -> None:
+    """Building an aisio DataPipe leaves torchdata's DataLoader2 unimported (a fresh job on
+    another front end never pays for it); importing it afterwards installs the fix."""
+    code = """
+import sys
+import aisio
+from aisio.datapipes.base import IterableWrapper
+aisio.AISFileLoader(IterableWrapper(["ais://b/s.tar"]), url="http://127.0.0.1:9")
+print("torchdata.dataloader2" in sys.modules)
+from torchdata.dataloader2 import MultiProcessingReadingService
+from torchdata.dataloader2.communication.iter import _IterateQueueDataPipes
+print(_IterateQueueDataPipes.__iter__.__name__, MultiProcessingReadingService.initialize.__name__)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "_round_robin", "_initialize"]

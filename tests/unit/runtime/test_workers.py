@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import queue
 from pathlib import Path
+from typing import Any
 
 from aisio.runtime.workers import pipe_size, widen_pipe
 
@@ -91,3 +92,75 @@ def test_the_training_process_garbage_is_never_finalized_in_a_worker(tmp_path: P
         assert log.read_text().split() == [str(os.getpid())] * 2  # here, both
     finally:
         gc.enable()
+
+
+def _collect_at_once() -> None:
+    import gc
+
+    gc.collect()  # before any worker_init_fn could freeze what it inherited
+
+
+def _fork(target: Any) -> None:
+    worker = multiprocessing.get_context("fork").Process(target=target)
+    worker.start()
+    worker.join(10)
+    assert worker.exitcode == 0
+
+
+def test_forking_with_no_worker_alive_leaves_the_garbage_to_the_training_process(
+        tmp_path: Path) -> None:
+    """No full collection before the fork (nothing of a loader's to stop), yet a worker that
+    collects at once never finalizes what it inherited: the training process does, later."""
+    import gc
+
+    from aisio.runtime.workers import forking
+
+    log = tmp_path / "finalized"
+    gc.disable()
+    try:
+        assert not multiprocessing.active_children()
+        _Finalized(str(log))
+        with forking():
+            _fork(_collect_at_once)
+        assert not log.exists()
+        gc.collect()
+        assert log.read_text().split() == [str(os.getpid())]
+    finally:
+        gc.enable()
+
+
+def test_forking_beside_live_workers_collects_first(tmp_path: Path) -> None:
+    """A dropped loader's workers are alive: its garbage is collected before the fork."""
+    import gc
+
+    from aisio.runtime.workers import forking
+
+    log = tmp_path / "finalized"
+    context = multiprocessing.get_context("fork")
+    stop = context.Event()
+    live = context.Process(target=stop.wait, args=(10,))
+    live.start()
+    gc.disable()
+    try:
+        _Finalized(str(log))
+        with forking():
+            assert log.read_text().split() == [str(os.getpid())]
+    finally:
+        gc.enable()
+        stop.set()
+        live.join(10)
+
+
+def test_forking_leaves_the_users_own_freeze_alone() -> None:
+    import gc
+
+    from aisio.runtime.workers import forking
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with forking():
+            pass
+        assert gc.get_freeze_count() >= frozen > 0
+    finally:
+        gc.unfreeze()
