@@ -19,8 +19,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from torch.utils.data import default_collate
-
 from aisio.core.epochs.plan import EpochPlan
 from aisio.core.epochs.progress import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
 from aisio.core.epochs.resample import (
@@ -45,6 +43,7 @@ from aisio.core.transport.delivery import (
 )
 from aisio.datapipes.base import IterableWrapper, IterDataPipe, Unhooked
 from aisio.datapipes.pipes import AISFileLoader, WebDatasetParser
+from aisio.runtime.collate import stack_collate
 from aisio.runtime.setup import list_shards
 from aisio.runtime.workers import worker_id
 
@@ -175,7 +174,7 @@ def batch_pipe(pipe: IterDataPipe, batch_size: int | None, *, collate: bool,
     if batch_size:
         pipe = pipe.batch(batch_size, drop_last=drop_last)
         if collate:
-            pipe = pipe.collate(collate_fn=BatchCollate(default_collate))
+            pipe = pipe.collate(collate_fn=BatchCollate(stack_collate))
     return pipe
 
 
@@ -330,7 +329,7 @@ class DeliveryPipe(IterDataPipe):
             return [sample_name(self.shards, p) for p in list(kept)[-n:]]
 
         return ship_errors(deliveries(watched(), batch_size=spec.batch_size,
-                                      collate=BatchCollate(default_collate, names)),
+                                      collate=BatchCollate(stack_collate, names)),
                            warnings=True)
 
 
@@ -380,7 +379,7 @@ class ResampledBatches(IterDataPipe):
         if not spec.batch_size:
             yield from values
             return
-        collate = BatchCollate(default_collate) if spec.collate else None
+        collate = BatchCollate(stack_collate) if spec.collate else None
         batch: list[Any] = []
         for value in values:
             batch.append(value)

@@ -250,9 +250,9 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
                                     prefetch_factor=prefetch_factor, node_options=node_options)
     spec, refs, rank, world = setup.spec, setup.shards, setup.rank, setup.world
     if spec.batch_size and spec.collate:
-        from torch.utils.data import default_collate
+        from aisio.runtime.collate import stack_collate
 
-        collate: Any = default_collate
+        collate: Any = stack_collate
     else:
         collate = None
     pin = _pin(node_options)

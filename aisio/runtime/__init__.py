@@ -7,4 +7,6 @@ without importing another front end.
   :func:`gather_state`.
 - :mod:`~aisio.runtime.workers`: worker processes that end with the training process, and
   which worker this process is.
+- :mod:`~aisio.runtime.collate`: torch's ``default_collate`` with a batch's tensors stacked by
+  one thread in the training process.
 """

@@ -4,7 +4,8 @@ The order itself, the state and the training loop are the core's
 (:class:`~aisio.core.order.loader.OrderedLoader`); here are only what torch adds: the dataset each
 DataLoader worker iterates (its streams of the published epoch, a pack of chunks per group of
 rounds) and the collate that makes a rank's batch in the training process (torch's
-``default_collate``, and memory pinned where torch pins it).
+``default_collate`` as :func:`~aisio.runtime.collate.stack_collate` runs it, and memory pinned
+where torch pins it).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from typing import Any
 
 import torch
 import torch.utils.data
-from torch.utils.data import IterableDataset, default_collate
+from torch.utils.data import IterableDataset
 
 from aisio.core.format.collate import BatchCollate
 from aisio.core.order.loader import OrderSetup
 from aisio.core.pipeline.spec import PipelineSpec
+from aisio.runtime.collate import stack_collate
 
 
 class OrderedStreams(IterableDataset):
@@ -38,11 +40,12 @@ class OrderedStreams(IterableDataset):
 def batch_collate(spec: PipelineSpec, *, pin: bool = False, device: str | None = None
                   ) -> Callable[[list[Any]], Any] | None:
     """Returns what makes a rank's batch from its samples in the training process: torch's
-    ``default_collate`` (``collate=True``; MixedShapesError names the samples that differ),
-    then pinned (``pin``); None keeps lists."""
+    ``default_collate`` as :func:`~aisio.runtime.collate.stack_collate` runs it
+    (``collate=True``; MixedShapesError names the samples that differ), then pinned (``pin``);
+    None keeps lists."""
     if not spec.collate and not pin:
         return None
-    collate: Callable[[Any], Any] = (BatchCollate(default_collate) if spec.collate
+    collate: Callable[[Any], Any] = (BatchCollate(stack_collate) if spec.collate
                                      else _as_list)
     if not pin:
         return collate

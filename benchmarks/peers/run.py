@@ -63,7 +63,8 @@ NOTES = [
     "streaming uses boto3, s3torchconnector the AWS CRT. "
     "aisio and the SDK use AIStore's native API.",
     "A batch is 64 samples as keys, payloads (a list of bytes; decode: a uint8 tensor "
-    "stacked, JPEG decoded with PIL in every system) and a label tensor. No shuffle (each "
+    "stacked, JPEG decoded with PIL in every peer, by aisio with simplejpeg, its jpeg extra: "
+    "the same pixels) and a label tensor. No shuffle (each "
     "system in its stored order).",
     "Throughput: each round a fresh process (forked from a server of the system's "
     "environment that imported torch and the system once) builds the loader and reads two "

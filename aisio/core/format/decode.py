@@ -17,15 +17,10 @@ dot-separated part of its suffix (``seg.png`` -> ``png``); decoders are looked u
 
 Any other field stays ``bytes``.
 
-Image specs (as in ``webdataset``; ``l`` images are 2-D, ``H x W``):
+The image specs (``pil``, ``rgb8``, ``torchrgb8``, ...) are listed in
+:mod:`aisio.core.format.images`, which decodes images.
 
-* ``pil``/``pilrgb``, ``pill``, ``pilrgba``: a ``PIL.Image`` converted to RGB, L or RGBA;
-* ``rgb8``, ``l8``, ``rgba8``: ``uint8`` numpy arrays, ``H x W x C`` (``H x W`` for ``l8``);
-* ``rgb``, ``l``, ``rgba``: ``float32`` numpy arrays in ``[0, 1]``, same shapes;
-* ``torchrgb8``, ``torchl8``, ``torchrgba8``: ``uint8`` tensors, ``C x H x W`` (``H x W`` for l);
-* ``torchrgb`` (alias ``torch``), ``torchl``, ``torchrgba``: ``float32`` tensors in ``[0, 1]``.
-
-numpy, PIL and torch are imported only when a field needs them.
+numpy and torch are imported only when a field needs them.
 """
 
 from __future__ import annotations
@@ -38,9 +33,10 @@ import pickle
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
 from aisio.core.faults.errors import AISIOError, ConfigError, DecodeError, LoaderUnavailableError
+from aisio.core.format.images import IMAGE_EXTENSIONS, IMAGE_SPECS, decode_image
 
 FieldDecoder = Callable[[bytes], Any]
 """A function turning a field's bytes into a value."""
@@ -74,66 +70,8 @@ class MissingFieldError(SampleError, KeyError):
     """A sample lacks a field asked for by :func:`to_tuple` (also a ``KeyError``)."""
 
 
-class _ImageSpec(NamedTuple):
-    kind: str  # "pil", "numpy" or "torch"
-    floating: bool  # float32 in [0, 1] rather than uint8 (numpy and torch only)
-    mode: str  # PIL mode: "RGB", "L" or "RGBA"
-
-
-IMAGE_SPECS: Mapping[str, _ImageSpec] = MappingProxyType(
-    {
-        "pil": _ImageSpec("pil", False, "RGB"),
-        "pilrgb": _ImageSpec("pil", False, "RGB"),
-        "pill": _ImageSpec("pil", False, "L"),
-        "pilrgba": _ImageSpec("pil", False, "RGBA"),
-        "rgb8": _ImageSpec("numpy", False, "RGB"),
-        "l8": _ImageSpec("numpy", False, "L"),
-        "rgba8": _ImageSpec("numpy", False, "RGBA"),
-        "rgb": _ImageSpec("numpy", True, "RGB"),
-        "l": _ImageSpec("numpy", True, "L"),
-        "rgba": _ImageSpec("numpy", True, "RGBA"),
-        "torchrgb8": _ImageSpec("torch", False, "RGB"),
-        "torchl8": _ImageSpec("torch", False, "L"),
-        "torchrgba8": _ImageSpec("torch", False, "RGBA"),
-        "torchrgb": _ImageSpec("torch", True, "RGB"),
-        "torch": _ImageSpec("torch", True, "RGB"),
-        "torchl": _ImageSpec("torch", True, "L"),
-        "torchrgba": _ImageSpec("torch", True, "RGBA"),
-    }
-)
-"""The image specs :class:`Decoder` accepts, by name."""
-
-IMAGE_EXTENSIONS = frozenset(
-    ("jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "bmp", "webp", "tif", "tiff", "gif")
-)
-"""Extensions decoded as images."""
-
 PICKLE_EXTENSIONS = frozenset(("pyd", "pickle", "pkl", "pth"))
 """Extensions whose decoding runs pickle, refused unless ``allow_pickle=True``."""
-
-
-def decode_image(data: bytes, spec: str) -> Any:
-    """Returns the image in ``data`` decoded as image spec ``spec`` says (see module doc)."""
-    import PIL.Image
-
-    kind, floating, mode = IMAGE_SPECS[spec]
-    with PIL.Image.open(io.BytesIO(data)) as opened:
-        opened.load()
-        image = opened.convert(mode)
-    if kind == "pil":
-        return image
-    import numpy as np
-
-    array = np.array(image)
-    if floating:
-        array = array.astype(np.float32) / np.float32(255.0)
-    if kind == "numpy":
-        return array
-    import torch
-
-    if array.ndim == 3:
-        array = np.ascontiguousarray(array.transpose(2, 0, 1))
-    return torch.from_numpy(array)
 
 
 def _text(data: bytes) -> str:
