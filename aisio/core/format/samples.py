@@ -199,8 +199,7 @@ def iter_samples(
     """
     if runs is not None and (tag is None or tag[3] or ends or not fast):
         runs = None
-    reader = ShardReader(stream, url, start_offset, bufsize, gather=runs is not None)
-    return _scan(reader, url, ends, fast, tag, runs)
+    return _scan(ShardReader(stream, url, start_offset, bufsize), url, ends, fast, tag, runs)
 
 
 Tag = tuple[str, int, int, "frozenset[int] | set[int]", "dict[str, Any]"]
@@ -278,6 +277,10 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None
                         if run is CONTINUES:  # look again after the sample in progress
                             tried = None
                         elif run is not None:
+                            # Small samples (32 KiB or less): from now on the buffer is filled
+                            # whole (a run's cost is mostly per buffer; big members are better
+                            # read as they come, with no joining of reads).
+                            src.gather = run.stop - pos <= len(run.values) << 15
                             busy += clock() - resumed
                             if sample is not None:  # the run's first sample ends this one
                                 members += len(sample) - 2

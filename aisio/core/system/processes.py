@@ -8,7 +8,8 @@ import os
 
 
 def pid_alive(pid: int, *, others_count: bool = True) -> bool:
-    """Returns whether a process with ``pid`` exists.
+    """Returns whether a process with ``pid`` exists and has not ended: a zombie (ended, not
+    yet reaped by its parent) counts as gone, for nothing it did can go on.
 
     Args:
         pid: the process id (0 or less: no process).
@@ -26,7 +27,19 @@ def pid_alive(pid: int, *, others_count: bool = True) -> bool:
         return False
     except PermissionError:
         return others_count
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Returns whether ``pid`` is a zombie or dead (``/proc/<pid>/stat``'s state ``Z`` or
+    ``X``); False where there is no ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    after = stat.rfind(b")")  # the command's name, in parentheses, may hold anything
+    return stat[after + 2:after + 3] in (b"Z", b"X")
 
 
 __all__ = ["pid_alive"]
