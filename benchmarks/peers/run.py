@@ -289,8 +289,9 @@ class PeersRun:
         """Returns, per system, the median time from a new process's start to its first batch
         (``small``, 2 workers, empty cache)."""
         runs: dict[str, list[dict[str, Any]]] = {s: [] for s in self.systems}
-        for _ in range(self.cfg["fresh_repeat"]):
-            for system in self.systems:
+        for round_ in range(self.cfg["fresh_repeat"]):
+            turn = round_ % len(self.systems)  # each system first in turn (the first job after
+            for system in self.systems[turn:] + self.systems[:turn]:  # the throughput runs is slow)
                 job = self.job(system, "small", 2, "fresh")
                 result = self.runner.fresh(job)
                 shutil.rmtree(job["cache"], ignore_errors=True)
