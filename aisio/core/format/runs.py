@@ -30,7 +30,8 @@ _SIZE_WEIGHTS = 8.0 ** np.arange(10, -1, -1)  # float64: exact for 11 octal digi
 _CHECKSUM_WEIGHTS = 8.0 ** np.arange(5, -1, -1)
 _NAME = 100  # bytes of a header's name field
 _KINDS = {"raw", "int"}
-_DOT, _UNDERSCORE = ord("."), ord("_")
+_DOT, _UNDERSCORE, _PAX = ord("."), ord("_"), ord("x")
+_MTIME = np.frombuffer(b" mtime=", np.uint8)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,23 @@ class Columns(NamedTuple):
     extra: dict[str, Any]
 
 
+def _mtime_only(blocks: np.ndarray, rows: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """Returns, for each pax header at ``rows`` (``heads``), whether its record is one
+    ``mtime`` and nothing else (``"28 mtime=1795667187.8313234\n"``, as webdataset's TarWriter
+    writes it), in the one block after it: a record the per-member reader ignores."""
+    size = ((heads[:, 124:135].astype(np.float64) - 48) @ _SIZE_WEIGHTS).astype(np.int64)
+    record = blocks[np.minimum(rows + 1, len(blocks) - 1)][:, :100]
+    places = np.arange(100)
+    told = (record[:, 0].astype(np.int64) - 48) * 10 + record[:, 1].astype(np.int64) - 48
+    value = (places >= 9) & (places < size[:, None] - 1)
+    digit = ((record >= 0x30) & (record <= 0x39)) | (record == _DOT)
+    return ((size >= 12) & (size < 100) & (told == size)
+            & ((record[:, :2] >= 0x30) & (record[:, :2] <= 0x39)).all(1)
+            & (record[:, 2:9] == _MTIME).all(1)
+            & (record[np.arange(len(rows)), np.clip(size - 1, 0, 99)] == 0x0A)
+            & (digit | ~value).all(1))
+
+
 def _decimals(buf: bytes, at: np.ndarray, sizes: np.ndarray) -> list[int] | None:
     """Returns ``int(buf[a:a + n])`` for each ``a``, ``n``, when every one is 1 to 18 decimal
     digits and nothing else (else None: signs, spaces, underscores are int()'s to read)."""
@@ -134,7 +152,8 @@ def regular_run(buf: bytes, pos: int, plan: RunPlan, url: str, after_key: str | 
     continue the sample in progress).
 
     Regular: consecutive plain-file members (typeflag ``0``, octal size and checksum with
-    their NUL, no ustar prefix, a valid checksum) lying whole in ``buf``, whose names are
+    their NUL, no ustar prefix, a valid checksum; each after a pax header whose only record
+    is its ``mtime``, or none after any) lying whole in ``buf``, whose names are
     ASCII, NUL-terminated, with keys of one length and no dot (``/`` only in the key), not
     starting with ``_`` or ``.``; every sample has the same suffixes in the same order (no
     repeats) as the first, among them each picked field (as written: a suffix in capitals is
@@ -142,16 +161,24 @@ def regular_run(buf: bytes, pos: int, plan: RunPlan, url: str, after_key: str | 
     sample's first member follows it in the run (its header in ``buf``), so a run never
     includes the shard's last sample.
     """
-    if after_key is not None and buf[pos:pos + _NAME].partition(b".")[0] == after_key.encode(
-            "utf-8", "surrogateescape"):
-        return CONTINUES
+    if after_key is not None:
+        name_at = pos
+        if buf[pos + 156:pos + 157] == b"x":  # a pax header: the member's own follows its record
+            try:
+                name_at += BLOCK + (int(buf[pos + 124:pos + 136].strip(b" \0") or b"0", 8)
+                                    + BLOCK - 1) // BLOCK * BLOCK
+            except ValueError:
+                return None
+        if buf[name_at:name_at + _NAME].partition(b".")[0] == after_key.encode(
+                "utf-8", "surrogateescape"):
+            return CONTINUES
     rows = (len(buf) - pos) // BLOCK
     if rows < 2 * min_samples:
         return None
     blocks = np.frombuffer(buf, np.uint8, rows * BLOCK, pos).reshape(rows, BLOCK)
     # Walk the chain of headers, each header's size saying where the next one is; sizes are
-    # read only from the blocks whose typeflag is "0" (a member's data block rarely is).
-    candidates = np.flatnonzero(blocks[:, 156] == 0x30)
+    # read only from the blocks whose typeflag is "0" or "x" (a data block rarely is).
+    candidates = np.flatnonzero((blocks[:, 156] == 0x30) | (blocks[:, 156] == _PAX))
     steps = np.zeros(rows, np.int64)
     steps[candidates] = 1 + ((blocks[candidates, 124:135].astype(np.float64) - 48)
                              @ _SIZE_WEIGHTS + (BLOCK - 1)).astype(np.int64) // BLOCK
@@ -168,21 +195,29 @@ def regular_run(buf: bytes, pos: int, plan: RunPlan, url: str, after_key: str | 
         return None
     at = np.array(chain)
     heads = blocks[at]
+    sums = (np.add.reduce(heads, 1, dtype=np.uint32).astype(np.int64)
+            - np.add.reduce(heads[:, 148:156], 1, dtype=np.uint32) + 8 * 32)
+    sound = ((heads[:, 135] == 0) & (heads[:, 154] == 0) & (heads[:, 345] == 0)
+             & ((heads[:, 124:135] >= 0x30) & (heads[:, 124:135] <= 0x37)).all(1)
+             & ((heads[:, 148:154] >= 0x30) & (heads[:, 148:154] <= 0x37)).all(1)
+             & (sums == (heads[:, 148:154].astype(np.float64) - 48) @ _CHECKSUM_WEIGHTS))
+    lead = at  # where each member begins: its own header, or the pax header before it
+    if heads[0, 156] == _PAX:  # webdataset's TarWriter: a pax header (its mtime) every member
+        pairs = len(at) // 2
+        pax, at, sound = heads[:2 * pairs:2], at[1:2 * pairs:2], sound[:2 * pairs]
+        sound = (sound[0::2] & sound[1::2] & (pax[:, 156] == _PAX)
+                 & _mtime_only(blocks, lead[:2 * pairs:2], pax))
+        lead, heads = lead[:2 * pairs:2], heads[1:2 * pairs:2]
     names = heads[:, :_NAME]
     key_len = int((names[0] == _DOT).argmax())
     keys = names[:, :key_len]
-    sums = (np.add.reduce(heads, 1, dtype=np.uint32).astype(np.int64)
-            - np.add.reduce(heads[:, 148:156], 1, dtype=np.uint32) + 8 * 32)
-    # Per header here; the rest of each name is checked below as equal, byte for byte, to the
+    # Per member here; the rest of each name is checked below as equal, byte for byte, to the
     # same member's of the first sample, whose names split_key reads.
-    ok = ((heads[:, 135] == 0) & (heads[:, 154] == 0) & (heads[:, 345] == 0)
+    ok = (sound & (heads[:, 156] == 0x30)
           & (names[:, key_len] == _DOT) & (names[:, 0] != _UNDERSCORE)
-          & ~((keys == _DOT) | (keys == 0) | (keys >= 0x80)).any(1)
-          & ((heads[:, 124:135] >= 0x30) & (heads[:, 124:135] <= 0x37)).all(1)
-          & ((heads[:, 148:154] >= 0x30) & (heads[:, 148:154] <= 0x37)).all(1)
-          & (sums == (heads[:, 148:154].astype(np.float64) - 48) @ _CHECKSUM_WEIGHTS))
+          & ~((keys == _DOT) | (keys == 0) | (keys >= 0x80)).any(1))
     bad = np.flatnonzero(~ok)
-    count = len(chain) if len(bad) == 0 else int(bad[0])
+    count = len(at) if len(bad) == 0 else int(bad[0])
     if count < 2 * min_samples or key_len == 0:
         return None
     # Samples: where the key (the name up to its first dot, all of one length) changes.
@@ -242,7 +277,7 @@ def regular_run(buf: bytes, pos: int, plan: RunPlan, url: str, after_key: str | 
     if whole < min_samples:
         return None
     columns = [column[:whole] for column in columns]
-    ends = (at[starts[1:whole + 1]] * BLOCK + pos).tolist()
+    ends = (lead[starts[1:whole + 1]] * BLOCK + pos).tolist()
     last = whole * width - 1
     return Run(values=list(zip(*columns, strict=True)), ends=ends, stop=ends[-1],
                members=whole * width,

@@ -17,6 +17,7 @@ takes (see its docstring); :func:`group_samples` groups members already read.
 
 from __future__ import annotations
 
+import re
 import struct
 import time
 import zlib
@@ -234,6 +235,28 @@ def _tail_sum(tail: bytes) -> int:
     return (zlib.adler32(tail[:178], 0) & 0xFFFF) + (zlib.adler32(tail[178:], 0) & 0xFFFF)
 
 
+_MTIME_RECORD = re.compile(rb"([1-9][0-9]) mtime=[0-9.]+\n")
+
+
+def _after_mtime_header(buf: bytes, pos: int, size_d: bytes, chk_d: bytes, limit: int) -> int:
+    """Returns where the header after the pax header at ``buf[pos]`` begins, when that pax
+    header is sound (its checksum) and holds one record, an ``mtime``, and the header after it
+    lies in the buffer; else 0."""
+    try:
+        size = int(size_d, 8)
+        chk = _CHECKSUMS[chk_d]
+    except ValueError:
+        return 0
+    after = pos + 2 * BLOCK
+    if not 12 <= size <= 99 or after > limit:
+        return 0
+    if (zlib.adler32(buf[pos:pos + 148], 0) & 0xFFFF) + _tail_sum(buf[pos + 156:pos + BLOCK]) \
+            + 8 * 0x20 != chk:
+        return 0
+    record = _MTIME_RECORD.fullmatch(buf, pos + BLOCK, pos + BLOCK + size)
+    return after if record is not None and int(record[1]) == size else 0
+
+
 def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None,
           runs: RunPlan | None = None) -> Iterator[Any]:
     """Yields samples (or ``(sample, end)`` pairs) from ``reader`` (see :func:`iter_samples`)."""
@@ -304,9 +327,18 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None
                             pos, name = run.stop, run.last_name
                             continue
                     ok = False
+                    head = pos  # where the member begins: its pax header, if it has one
                     if pos <= limit:
                         (name_f, size_d, size_nul, chk_d, chk_nul, _, typeflag,
                          prefix) = unpack_from(buf, pos)
+                        if typeflag == 0x78 and not (size_nul or chk_nul or prefix):  # "x": pax
+                            # One record, the mtime, as webdataset's TarWriter writes before every
+                            # member: what follows is read as the general reader reads it then.
+                            after = _after_mtime_header(buf, pos, size_d, chk_d, limit)
+                            if after:
+                                pos = after
+                                (name_f, size_d, size_nul, chk_d, chk_nul, _, typeflag,
+                                 prefix) = unpack_from(buf, pos)
                         if typeflag == 0x30 and not (size_nul or chk_nul or prefix):  # "0": a file
                             try:
                                 size = int(size_d, 8)
@@ -323,11 +355,11 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None
                                     name = name_f.partition(b"\x00")[0].decode(
                                         "utf-8", "surrogateescape")
                                     data = buf[data_at:data_at + size]
-                                    offset = base + pos
+                                    offset = base + head
                                     pos = stop
                                     ok = True
                     if not ok:  # anything else: the general reader, which explains every error
-                        src.pos = pos
+                        src.pos = pos = head
                         reader.last_name = name
                         member = step()
                         if member is None:

@@ -206,8 +206,8 @@ def test_runs_of_small_samples_resume_exactly_once(ais_client: Client, bucket: B
 def _ustar_shards(client: Client, bucket: Bucket, *, shards: int, per_shard: int
                   ) -> tuple[str, list[str]]:
     """Uploads shards of ``(bin, cls)`` samples written as plain ustar members (as tarfile
-    and GNU tar write them; webdataset's TarWriter gives each member a pax header, which the
-    per-member parser reads); returns (template, keys)."""
+    and GNU tar write them; ``write_shards`` writes webdataset's way, a pax mtime header
+    before each member); returns (template, keys)."""
     keys = []
     for s in range(shards):
         out = io.BytesIO()

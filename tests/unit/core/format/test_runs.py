@@ -29,13 +29,14 @@ TAG = ("__pos__", 7, 0, frozenset(), {"__version__": "v1"})
 
 _ODD = ["missing", "extra", "other", "width", "upper", "newline", "sign", "letters", "long",
         "pax", "gnu", "dir", "repeat", "continues", "slash", "underscore", "meta", "empty",
-        "dotkey", "prefix", "mtime"]
+        "dotkey", "prefix", "mtime", "negative", "paxpath", "intmtime"]
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes, *, kind: str = "file",
-         mtime: int | None = None) -> None:
+         mtime: float | None = None, pax: dict[str, str] | None = None) -> None:
     info = tarfile.TarInfo(name)
     info.mtime = 1_700_000_000 if mtime is None else mtime
+    info.pax_headers = dict(pax or {})
     if kind == "dir":
         info.type = tarfile.DIRTYPE
     else:
@@ -44,8 +45,9 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, *, kind: str = "file",
 
 
 def _sample(tar: tarfile.TarFile, fmt: int, i: int, odd: str | None, payload: bytes,
-            label: int) -> None:
-    """Writes sample ``s{i:05d}`` (``jpg`` and ``cls``), made irregular as ``odd`` says."""
+            label: int, *, mtime: float | None = None) -> None:
+    """Writes sample ``s{i:05d}`` (``jpg`` and ``cls``), made irregular as ``odd`` says; a
+    float ``mtime`` in the pax format gives each member a pax header (webdataset's way)."""
     if odd == "gnu" and fmt == tarfile.USTAR_FORMAT:  # a name ustar cannot store
         odd = "pax"
     key = f"s{i:05d}" if odd != "width" else f"s{i:07d}"
@@ -58,11 +60,14 @@ def _sample(tar: tarfile.TarFile, fmt: int, i: int, odd: str | None, payload: by
               "empty": b"", "long": b"9" * 20}.get(odd or "", digits)
     if odd == "dir":
         _add(tar, key + ".d", b"", kind="dir")
-    _add(tar, f"{key}.jpg", payload, mtime=12345 if odd == "mtime" else None)
+    _add(tar, f"{key}.jpg", payload,
+         mtime=12345 if odd in ("mtime", "intmtime") else mtime,
+         pax={"path": f"z{key[1:]}.jpg"} if odd == "paxpath" else None)
     if odd == "meta":
         _add(tar, f"__{key}.x__", b"meta")
     if odd != "missing":
-        _add(tar, f"{key}.{ {'upper': 'CLS', 'other': 'txt'}.get(odd or '', 'cls') }", digits)
+        _add(tar, f"{key}.{ {'upper': 'CLS', 'other': 'txt'}.get(odd or '', 'cls') }", digits,
+             mtime=-1.5 if odd == "negative" and fmt == tarfile.PAX_FORMAT else mtime)
     if odd == "extra":
         _add(tar, f"{key}.txt", b"more")
     if odd == "repeat":
@@ -76,11 +81,14 @@ def mostly_regular(draw: st.DrawFn) -> bytes:
     per archive, so that each comes up often between regular ones)."""
     fmt = draw(st.sampled_from([tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]))
     kind = draw(st.sampled_from(_ODD))
+    floats = fmt == tarfile.PAX_FORMAT and draw(st.booleans())  # a pax mtime every member
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=fmt) as tar:
         for i in range(draw(st.integers(0, 80))):
             odd = kind if draw(st.integers(0, 11)) == 0 else None
-            _sample(tar, fmt, i, odd, draw(st.binary(max_size=600)), draw(st.integers(0, 999)))
+            _sample(tar, fmt, i, odd, draw(st.binary(max_size=600)), draw(st.integers(0, 999)),
+                    mtime=1_700_000_000 + i * draw(st.sampled_from([0.5, 0.123456, 1.0]))
+                    if floats else None)
     return out.getvalue()
 
 
@@ -149,15 +157,19 @@ def test_corrupt_or_truncated_archives_fail_alike(raw: bytes, bufsize: int, wher
     assert runs[:2] == reference[:2]
 
 
-@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.PAX_FORMAT])
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.PAX_FORMAT, "webdataset"])
 @pytest.mark.parametrize("odd", _ODD)
-def test_one_irregular_sample_between_runs(odd: str, fmt: int) -> None:
+def test_one_irregular_sample_between_runs(odd: str, fmt: Any) -> None:
     """Each way a sample can be irregular, alone between regular ones: the same values,
-    positions and errors as per member, and the regular ones around it still in runs."""
+    positions and errors as per member, and the regular ones around it still in runs (also
+    where every member has a pax header holding its float mtime, as webdataset writes)."""
     out = io.BytesIO()
+    floats = fmt == "webdataset"
+    fmt = tarfile.PAX_FORMAT if floats else fmt
     with tarfile.open(fileobj=out, mode="w", format=fmt) as tar:
         for i in range(61):
-            _sample(tar, fmt, i, odd if i == 30 else None, bytes([i]) * (i * 7), i)
+            _sample(tar, fmt, i, odd if i == 30 else None, bytes([i]) * (i * 7), i,
+                    mtime=1_700_000_000.25 + i if floats else None)
     reference, runs = _both(out.getvalue(), 1 << 20, ("__key__", "jpg", "cls"),
                             Decoder(None, only=["cls"]))
     assert runs[:2] == reference[:2]

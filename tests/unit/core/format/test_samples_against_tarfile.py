@@ -4,8 +4,9 @@ tarfile.
 ``iter_samples`` parses common headers itself and hands everything else to the general reader;
 these properties check on random archives (plain, pax and GNU members mixed, long and unicode
 names, directories and links, meta files, repeated suffixes, small read buffers, corrupt bytes,
-truncation, gzip, restarts at a sample's end) that it yields exactly what the general path
-yields, samples, end offsets and errors alike, and what Python's tarfile reads.
+truncation, gzip, restarts at a sample's end, pax mtime records) that it yields exactly what
+the general path yields, samples, end offsets and errors alike, and what Python's tarfile
+reads.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ def archives(draw: st.DrawFn) -> bytes:
                 kind = draw(st.sampled_from(["file"] * 8 + ["dir", "link", "nodot"]))
                 name = f"{key}.{draw(_SUFFIXES)}" if kind != "nodot" else key or "plain"
                 info = tarfile.TarInfo(name)
-                info.mtime = draw(st.integers(0, 2**33))
+                # a fraction: a pax mtime record before the member in the pax format (as
+                # webdataset's TarWriter writes every member), which the fast path reads
+                info.mtime = draw(st.integers(0, 2**33)) + draw(st.sampled_from([0, 0, 0.25]))
                 data = b""
                 if kind == "dir":
                     info.type = tarfile.DIRTYPE
@@ -207,10 +210,13 @@ def test_stage_times_count_every_member() -> None:
     assert after["parse"] >= before["parse"] and after["read"] > before["read"]
 
 
-def test_common_members_do_not_take_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("mtime", [0, 0.5])
+def test_common_members_do_not_take_the_general_path(monkeypatch: pytest.MonkeyPatch,
+                                                     mtime: float) -> None:
     """Plain files in the buffer are parsed by the fast path: the general reader is called only
     for the first member (which fills the buffer) and the end of the archive (a guard against a
-    fast path that silently never applies)."""
+    fast path that silently never applies); so are members after a pax header holding only
+    their fractional mtime, as webdataset's TarWriter writes them."""
     from aisio.core.format.tar import ShardReader
 
     calls = []
@@ -222,11 +228,53 @@ def test_common_members_do_not_take_the_general_path(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(ShardReader, "step", counted)
     out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+    fmt = tarfile.PAX_FORMAT if mtime else tarfile.GNU_FORMAT
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as tar:
         for i in range(100):
             for suffix in ("jpg", "cls"):
                 info = tarfile.TarInfo(f"train/{i:05d}.{suffix}")
+                info.mtime = 1_700_000_000 + i + mtime
                 info.size = 2048 if suffix == "jpg" else 1
                 tar.addfile(info, io.BytesIO(bytes(info.size)))
     assert len(list(iter_samples(io.BytesIO(out.getvalue()), url=URL))) == 100
     assert len(calls) == 2
+
+
+def _pax_mtime_archive(repeat_at: int | None = None) -> bytes:
+    """Samples ``sNNN.{jpg,cls}`` whose members each follow a pax header holding only their
+    fractional mtime (webdataset's TarWriter's way); sample ``repeat_at`` repeats its jpg."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for i in range(12):
+            suffixes = ["jpg", "cls"] + (["jpg"] if i == repeat_at else [])
+            for suffix in suffixes:
+                info = tarfile.TarInfo(f"s{i:03d}.{suffix}")
+                info.mtime = 1_700_000_000.5 + i
+                data = bytes([i]) * (300 + 97 * i)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("bufsize", range(1024, 12288, 512))
+def test_pax_mtime_members_fail_alike_wherever_the_buffer_ends(bufsize: int) -> None:
+    """A repeated suffix among members with pax mtime headers, the buffer ending anywhere: the
+    same samples and the same error, at the offset of the member's pax header."""
+    fast, general, composed = _three_ways(_pax_mtime_archive(repeat_at=7), bufsize)
+    assert fast == general == composed and fast[0] == "error"
+
+
+@pytest.mark.parametrize("edit", ["uname", "length"])
+def test_a_bad_pax_mtime_header_is_left_to_the_general_reader(edit: str) -> None:
+    """A pax mtime header whose checksum fails (a byte of its owner's name changed) or whose
+    record declares another length: the fast path does not skip it, so it fails as the
+    general reader says."""
+    raw = bytearray(_pax_mtime_archive())
+    at = raw.index(b"././@PaxHeader", 4 * 1024)  # a pax header some members in
+    if edit == "uname":
+        raw[at + 265] ^= 0x01
+    else:
+        record = at + 512
+        raw[record:record + 2] = b"%02d" % (int(raw[record:record + 2]) - 1)
+    fast, general, composed = _three_ways(bytes(raw), 1 << 20)
+    assert fast == general == composed and fast[0] == "error"
