@@ -169,3 +169,14 @@ def child_pids() -> set[int]:
             if fields[0] != "Z" and int(fields[1]) == os.getpid():
                 found.add(int(entry))
     return found
+
+
+@pytest.fixture
+def own_ring(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A shared-memory ring of this test's own as this process's (the slots it maps are
+    unmapped after): for tests that send deliveries or chunks across as a worker would."""
+    from aisio.core.transport import ring as ring_module
+
+    monkeypatch.setattr(ring_module, "_ring", ring_module.Ring(slots=2))
+    yield
+    ring_module._held.clear()

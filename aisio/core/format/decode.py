@@ -255,6 +255,16 @@ class Decoder:
             return self.decode_field(sample, field, data)
         return self._run(plan, sample, field, data)
 
+    def plan(self, field: str) -> Any:
+        """Returns what :meth:`__call__` does with a bytes field named ``field``: None (keeps
+        the bytes), the function it applies, or another marker (gzip: :meth:`decode_field`).
+
+        Raises:
+            DecodeError: the field is a pickle and ``allow_pickle`` is off.
+        """
+        found = self._plans.get(field, _UNPLANNED)
+        return self._plan({}, field) if found is _UNPLANNED else found
+
     def _plan(self, sample: Mapping[str, Any], field: str) -> Any:
         """Returns what ``__call__`` does with a bytes field named ``field``, and remembers it:
         None (copy it), a decoder to run, or ``_SLOW`` (gzip: :meth:`decode_field`). A field

@@ -29,7 +29,6 @@ BLOCK = 512
 _SIZE_WEIGHTS = 8.0 ** np.arange(10, -1, -1)  # float64: exact for 11 octal digits
 _CHECKSUM_WEIGHTS = 8.0 ** np.arange(5, -1, -1)
 _NAME = 100  # bytes of a header's name field
-_KINDS = {"raw", "int"}
 _DOT, _UNDERSCORE, _PAX = ord("."), ord("_"), ord("x")
 _MTIME = np.frombuffer(b" mtime=", np.uint8)
 
@@ -59,13 +58,12 @@ class RunPlan:
             if ";" in field or field.startswith("__") or field != field.lower():
                 return None
             try:
-                found = (decoder._find({}, field, field)
-                         if decoder is not None and decoder._wanted(field) else None)
+                found = decoder.plan(field) if decoder is not None else None
             except AISIOError:  # a pickle it refuses: the per-sample stage says so
                 return None
             kind = "raw" if found is None else ("int" if found is BASIC_DECODERS.get("cls")
                                                  else None)
-            if kind is None or "." in field or field.endswith("gz"):
+            if kind is None or "." in field:  # (a suffix of two parts: left to the stage)
                 return None
             kinds.append(kind)
         return cls(tuple(fields), tuple(kinds))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,17 +28,9 @@ from aisio.core.order.reader import (
 from aisio.core.order.reorder import Reorderer
 from aisio.core.order.streams import DelayBuffer, OrderPlan
 from aisio.core.store.sources import ObjectRef
-from aisio.core.transport import ring as ring_module
-from aisio.core.transport.ring import Ring
 from tests.unit.core.order.test_streams import Store
 
-
-@pytest.fixture(autouse=True)
-def _own_ring(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A ring of this test's own as this process's (the slots it maps are unmapped after)."""
-    monkeypatch.setattr(ring_module, "_ring", Ring(slots=2))
-    yield
-    ring_module._held.clear()
+pytestmark = pytest.mark.usefixtures("own_ring")
 
 
 def crossed(pack: RoundChunks, *, shared: bool) -> Any:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +15,6 @@ import pytest
 import aisio
 from aisio.core.faults.policy import SKIPPED
 from aisio.core.format.runs import Columns
-from aisio.core.transport import ring as ring_module
 from aisio.core.transport.delivery import (
     POSITION,
     VERSION,
@@ -27,7 +25,7 @@ from aisio.core.transport.delivery import (
     batch_delivery,
     deliveries,
 )
-from aisio.core.transport.ring import Ring, Shipped
+from aisio.core.transport.ring import Shipped
 
 
 def raise_in_a_worker() -> aisio.ShardFormatError:
@@ -59,12 +57,7 @@ def test_a_failure_in_a_worker_notes_where_and_carries_its_traceback_as_text(
     assert "raise_in_a_worker" in text and "ShardFormatError: s.tar is truncated" in text
 
 
-@pytest.fixture(autouse=True)
-def _own_ring(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A ring of this test's own as this process's (the slots it maps are unmapped after)."""
-    monkeypatch.setattr(ring_module, "_ring", Ring(slots=2))
-    yield
-    ring_module._held.clear()
+pytestmark = pytest.mark.usefixtures("own_ring")
 
 
 def crossed(delivery: Delivery, *, shared: bool) -> Delivery:
