@@ -249,6 +249,11 @@ def test_a_run_begins_after_the_sample_in_progress() -> None:
     assert run is not None and run is not CONTINUES and len(run.values) == 39
 
 
+class _Shouting(Decoder):
+    def __call__(self, sample: Any) -> dict[str, Any]:
+        return {k: v.upper() if isinstance(v, bytes) else v for k, v in sample.items()}
+
+
 @pytest.mark.parametrize(("decoder", "fields", "planned"), [
     (Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"), ("key", "raw", "int")),
     (None, ("jpg", "__url__"), ("raw", "url")),
@@ -258,6 +263,7 @@ def test_a_run_begins_after_the_sample_in_progress() -> None:
     (Decoder(None, only=["cls"]), ("seg.png",), None),  # a suffix with a dot
     (Decoder(None), ("pyd",), None),                  # a pickle: the stage refuses it
     (Decoder(None, custom={"cls": int}), ("cls",), None),  # a custom decoder
+    (_Shouting(None), ("jpg",), None),                # a Decoder with a __call__ of its own
 ])
 def test_a_plan_only_for_what_a_run_gives(decoder: Decoder | None, fields: tuple[str, ...],
                                           planned: tuple[str, ...] | None) -> None:
