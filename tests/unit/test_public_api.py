@@ -11,6 +11,7 @@ import aisio
 PUBLIC = [
     "AISConfig", "AISConnectionError", "AISFileLister", "AISFileLoader", "AISIOError",
     "AISRequestError", "AISSourceLister", "AuthError", "BucketNotFoundError", "ClusterError",
+    "ClusterWaitWarning",
     "ConfigError", "DataError", "DecodeError", "Decoder", "ETL", "ETLNotFoundError",
     "ETLTransformError", "ETLUnavailableError", "EmptyEpochError", "ErrorReport",
     "InvalidURLError", "LoaderUnavailableError", "NotFoundError", "ObjectChangedError",

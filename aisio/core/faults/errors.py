@@ -26,6 +26,8 @@ worker process reaches the training process intact. Four families, by what the u
     │   ├── AISRequestError       refused for another reason (HTTP status in .status)
     │   │   └── AuthError             HTTP 401/403: a token is missing or rejected
     │   └── ETLUnavailableError   no ETL runtime: a build without ETL (HTTP 501), no Kubernetes
+    │   (while the cluster changes, a request first waits up to AISConfig.cluster_wait,
+    │    saying so once with a ClusterWaitWarning)
     ├── WorkerDiedError       a loader's worker process died unasked (OOM killer, SIGKILL)
     └── PlaygroundError       the local AIStore could not be built, started or stopped
 
@@ -84,6 +86,12 @@ class DataError(AISIOError):
 
 class ClusterError(AISIOError):
     """The cluster cannot serve the request now. Raised after retries; never skipped."""
+
+
+class ClusterWaitWarning(UserWarning):
+    """aisio is waiting for the cluster to serve again (a node down, joining or leaving, a
+    proxy election): said once per wait, with what it waits for and for how long at most
+    (``AISConfig.cluster_wait``)."""
 
 
 class ConfigError(UsageError):
@@ -279,6 +287,7 @@ __all__ = [
     "AuthError",
     "BucketNotFoundError",
     "ClusterError",
+    "ClusterWaitWarning",
     "ConfigError",
     "DataError",
     "DecodeError",

@@ -19,6 +19,7 @@ from typing import IO, Any
 from urllib.parse import urljoin
 
 import requests
+import urllib3
 import xxhash
 from requests.adapters import HTTPAdapter
 
@@ -26,9 +27,12 @@ from aisio.core.faults.errors import (
     AISConnectionError,
     AISIOError,
     AISRequestError,
+    ClusterWaitWarning,
     ObjectChangedError,
 )
-from aisio.core.store.config import AISConfig
+from aisio.core.faults.policy import warn_in_user_code
+from aisio.core.store.cluster import MAP_TIMEOUT, ClusterView, base_of, view_for
+from aisio.core.store.config import CLUSTER_WAIT_VAR, AISConfig
 from aisio.core.store.etl import local_server_of, read_url
 from aisio.core.store.translate import (
     RETRY_STATUSES,
@@ -36,6 +40,7 @@ from aisio.core.store.translate import (
     cluster_forming,
     error_from_exception,
     error_from_status,
+    object_gone,
     object_missing,
 )
 from aisio.core.store.urls import ETL, AISPath, Bucket, bucket_url, object_url
@@ -45,9 +50,10 @@ log = logging.getLogger("aisio")
 _REDIRECTS = (301, 302, 303, 307, 308)
 _MAX_HOPS = 5
 
-#: Seconds a request keeps retrying answers that say the cluster is (re)forming (a restarted
-#: proxy answers 400 ``ErrNoNodes`` for ~10 s until the targets rejoin), whatever max_retries is.
-FORMING_WAIT = 90.0
+#: The longest pause between two tries while the cluster says it is (re)forming (a restarted
+#: proxy answers 400 ``ErrNoNodes`` for ~10 s until the targets rejoin): it answers at once, so
+#: it is asked often.
+FORMING_POLL = 1.0
 
 
 class Client:
@@ -55,8 +61,17 @@ class Client:
 
     def __init__(self, config: AISConfig) -> None:
         self.config = config
-        self.endpoint = config.require_endpoint()
+        config.require_endpoint()
+        #: the proxies this client may ask, shared by the process's clients of this cluster
+        self.cluster: ClusterView = view_for(config.endpoints)
         self._local = threading.local()
+        self._waiting_since: float | None = None  # a cluster event is being waited out
+
+    @property
+    def endpoint(self) -> str:
+        """Returns the proxy this client asks now: the configured one while it answers, else
+        another proxy of the cluster."""
+        return self.cluster.current
 
     # ---- transport -------------------------------------------------------------------------
     @property
@@ -96,16 +111,22 @@ class Client:
         cap = min(self.config.backoff_max, self.config.backoff * (2**attempt))
         return random.uniform(0, cap)
 
-    def _send(self, method: str, url: str, *, data: Any = None, **kw: Any) -> requests.Response:
+    def _send(self, method: str, url: str, *, data: Any = None, trail: list[str] | None = None,
+              **kw: Any) -> requests.Response:
         """Sends one request, following AIStore's proxy->target redirects by hand.
 
         A PUT first goes to the proxy with an empty body; the body is sent once, to the target.
         Headers (the auth token among them) are kept on every hop, unlike requests' own redirects.
+        A URL naming a proxy that is down goes to the proxy the client asks now. ``trail`` gets
+        each URL as it is asked (the last one is where a connection failed).
         """
         timeout = (self.config.connect_timeout, self.config.read_timeout)
         body = b"" if (method == "PUT" and data is not None) else data
         stream = kw.pop("stream", False)
+        url = self.cluster.route(url)
         for _ in range(_MAX_HOPS):
+            if trail is not None:
+                trail.append(url)
             prepared = self.session.prepare_request(requests.Request(method, url, data=body, **kw))
             # Sent as aisio quoted it: requests would unquote %2E back into '.', and a '..'
             # segment on the wire lets any proxy on the way resolve 'a/../b' to 'b'.
@@ -117,6 +138,7 @@ class Client:
                 return resp
             resp.close()
             url = urljoin(url, location)
+            self.cluster.saw_node(url)
             body = data
             if hasattr(data, "seek"):
                 data.seek(0)
@@ -131,9 +153,17 @@ class Client:
         what: str,
         etl: ETL | None = None,
         ok: tuple[int, ...] = (200,),
+        existing: bool = False,
         **kw: Any,
     ) -> requests.Response:
         """Returns the response of a request, retrying transient failures; raises typed errors.
+
+        A failure of the request's own (a reset, a timeout, a busy answer) is tried again up to
+        ``max_retries`` times. A failure that says the cluster is changing under it (a target
+        that the proxy redirects to does not answer, the proxy it knew is gone, the cluster is
+        (re)forming, an object whose target left the map) is tried again, asking a proxy each
+        time, until ``cluster_wait`` seconds have passed since the first one; the first such
+        wait is said once as a :class:`~aisio.ClusterWaitWarning`.
 
         Args:
             method: HTTP method.
@@ -142,52 +172,139 @@ class Client:
             what: the operation for messages ("reading", "listing", ...).
             etl: the ETL the request names (for ETL-specific errors).
             ok: statuses that count as success.
+            existing: the object was read a moment ago (a broken stream reopened): a 404 then
+                means its target left the cluster, and is waited for like a dead target.
             **kw: passed to ``requests`` (``json``, ``data``, ``headers``, ``stream``, ...).
         """
-        retries = self.config.max_retries
-        attempt = 0  # failures counted against max_retries
-        forming = 0  # "cluster (re)forming" answers, counted against FORMING_WAIT instead
-        forming_since = 0.0
+        wait = _Wait(self, name, what)
         while True:
+            trail: list[str] = []
             try:
-                resp = self._send(method, url, **kw)
+                resp = self._send(method, url, trail=trail, **kw)
             except TRANSIENT_EXCEPTIONS as exc:
-                if attempt == retries:
-                    raise error_from_exception(exc, url=name, what=what) from exc
-                attempt += 1
-                log.debug("aisio: retry %d/%d %s %s: %r", attempt, retries, method, name, exc)
-                time.sleep(self._delay(attempt - 1))
+                event = self._event_of(exc, trail)
+                delay = wait.retry(event)
+                if delay is None:
+                    raise wait.gave_up(error_from_exception(exc, url=name, what=what)) from exc
+                log.debug("aisio: retry %s %s after %r (%s)", method, name, exc, event or "")
+                time.sleep(delay)
                 continue
             except AISIOError:
                 raise
             except Exception as exc:
                 raise error_from_exception(exc, url=name, what=what) from exc
+            self._answered(trail[0])
             if resp.status_code in ok:
+                self._served(name)
                 return resp
             body = resp.headers.get("Hdr-Error") or resp.content
             resp.close()
             # A local ETL server's 500 is the transform raising: final, never worth a retry.
             local = local_server_of(url) if etl is not None else None
+            delay = None
             if cluster_forming(body):
-                now = time.monotonic()
-                forming_since = forming_since or now
-                if now - forming_since < FORMING_WAIT:
-                    forming += 1
-                    log.debug("aisio: retry %s %s: the cluster is (re)forming (HTTP %d, %.1f s)",
-                              method, name, resp.status_code, now - forming_since)
-                    time.sleep(max(0.05, min(self._delay(forming - 1), 1.0)))
-                    continue
-            elif (resp.status_code in RETRY_STATUSES and attempt < retries
+                delay = wait.retry("the cluster is (re)forming", poll=FORMING_POLL)
+            elif resp.status_code == 404 and what == "reading" and object_gone(body) and (
+                    existing or wait.since is not None or self._map_changed()):
+                delay = wait.retry("the object's target left the cluster map (down, or in "
+                                   "maintenance); it is served again when the target returns")
+            elif (resp.status_code in RETRY_STATUSES
                   and not (local is not None and resp.status_code == 500)
                   and not object_missing(body)):
-                attempt += 1
-                log.debug("aisio: retry %d/%d %s %s: HTTP %d", attempt, retries, method, name,
-                          resp.status_code)
-                time.sleep(self._delay(attempt - 1))
+                delay = wait.retry(None)
+            if delay is not None:
+                log.debug("aisio: retry %s %s: HTTP %d%s", method, name, resp.status_code,
+                          f" ({wait.event})" if wait.event else "")
+                time.sleep(delay)
                 continue
-            raise error_from_status(resp.status_code, body, url=name, what=what,
-                                    etl=etl.name if etl else None,
-                                    local_etl=local.log if local is not None else None)
+            raise wait.gave_up(error_from_status(
+                resp.status_code, body, url=name, what=what, etl=etl.name if etl else None,
+                local_etl=local.log if local is not None else None))
+
+    def _event_of(self, exc: BaseException, trail: list[str]) -> str | None:
+        """Returns what a connection failure says the cluster is doing (None: nothing, a
+        failure of this request's own)."""
+        if not trail or isinstance(exc, (*_READ_TIMEOUTS, requests.exceptions.SSLError)):
+            return None
+        failed = base_of(trail[-1])
+        if len(trail) > 1:
+            return (f"{failed}, where the proxy sent the request, does not answer ("
+                    f"{type(exc).__name__}): a target is down or leaving the cluster")
+        others = self.cluster.failed(failed)
+        if not others and self.cluster.answered:
+            others = self._rediscover()
+        if others:
+            self.cluster.event()
+            return f"the proxy at {failed} does not answer; asking {self.endpoint} instead"
+        if self.cluster.answered:
+            self.cluster.event()
+            return f"the proxy at {failed} does not answer: it is restarting, or gone"
+        return None
+
+    def _answered(self, url: str) -> None:
+        """Notes that the node at ``url`` (the first one asked) answered."""
+        base = base_of(url)
+        self.cluster.up(base)
+        if not self.cluster.answered:
+            self.cluster.answered = True
+
+    def _served(self, name: str) -> None:
+        if self._waiting_since is not None:
+            log.info("aisio: the cluster serves again (%s, after %.1f s)", name,
+                     time.monotonic() - self._waiting_since)
+            self._waiting_since = None
+
+    def _waiting(self, name: str, what: str, event: str) -> None:
+        """Says once per wait what the client waits for, and for how long at most."""
+        self.cluster.event()
+        if self._waiting_since is not None:
+            return
+        self._waiting_since = time.monotonic()
+        warn_in_user_code(
+            f"aisio is waiting for the cluster: {what} {name}: {event}; it tries again, asking "
+            f"a proxy each time, for up to {self.config.cluster_wait:.0f} s "
+            f"(AISConfig.cluster_wait, {CLUSTER_WAIT_VAR})", ClusterWaitWarning)
+
+    def learn_map(self) -> None:
+        """Learns the cluster's proxies and map version from the proxy asked now, once per
+        process (a failure to learn is not an error: the configured endpoints remain)."""
+        if not self.cluster.learned:
+            self.cluster.learned = True
+            self._ask_map(self.endpoint)
+
+    def _ask_map(self, base: str) -> bool:
+        try:
+            resp = self.session.get(f"{base}/v1/daemon?what=smap", timeout=MAP_TIMEOUT)
+            if resp.status_code != 200:
+                return False
+            self.cluster.learn(resp.json())
+            return True
+        except (requests.RequestException, ValueError, AttributeError):
+            return False
+
+    def _rediscover(self) -> bool:
+        """Asks the other nodes known for the cluster map (a new primary, new proxies); returns
+        whether a proxy not known to be down is now known."""
+        for base in self.cluster.candidates():
+            if base not in self.cluster.down and self._ask_map(base):
+                break
+        return any(p not in self.cluster.down for p in self.cluster.proxies)
+
+    def _map_changed(self) -> bool:
+        """True when the cluster's map is not the one this job saw first (or this process saw
+        the cluster change within ``cluster_wait``): a missing object may be on a target that
+        left it."""
+        if self.cluster.recent_event(self.config.cluster_wait):
+            return True
+        baseline = self.cluster.baseline
+        if baseline is None:
+            return False
+        try:
+            resp = self.session.get(f"{self.endpoint}/v1/daemon?what=smap", timeout=MAP_TIMEOUT)
+            version = str(resp.json().get("version")) if resp.status_code == 200 else baseline
+        except (requests.RequestException, ValueError, AttributeError):
+            return False
+        return version != baseline
 
     # ---- buckets ---------------------------------------------------------------------------
     def create_bucket(self, bucket: Bucket, *, exist_ok: bool = False) -> None:
@@ -208,6 +325,7 @@ class Client:
         """Yields the listing of ``prefix`` page by page, until the server says it was the last."""
         size = self.config.page_size if page_size is None else page_size
         value: dict[str, Any] = {"prefix": prefix, "props": props, "pagesize": size}
+        self.learn_map()  # the job's planning step: the proxies to fail over to, the map version
         url = bucket_url(self.endpoint, bucket)
         name = bucket.uri(prefix)
         while True:
@@ -266,6 +384,59 @@ class Client:
         the stream raises :class:`ObjectChangedError` at once if the object is not that one.
         """
         return ObjectReader(self, url, name=name, etl=etl, start=start, expect=expect)
+
+
+_READ_TIMEOUTS = (requests.ReadTimeout, urllib3.exceptions.ReadTimeoutError)
+
+
+class _Wait:
+    """How long one request still tries: ``max_retries`` more times after a failure of its
+    own; after one that says the cluster is changing, until ``cluster_wait`` seconds have
+    passed since the first such failure (see :meth:`Client.request`)."""
+
+    def __init__(self, client: Client, name: str, what: str) -> None:
+        self.client = client
+        self.name = name
+        self.what = what
+        self.attempt = 0  # failures of the request's own, counted against max_retries
+        self.waits = 0  # tries while the cluster changes
+        self.since: float | None = None  # when the cluster was first seen changing
+        self.event = ""
+
+    def retry(self, event: str | None, *, poll: float | None = None) -> float | None:
+        """Returns the seconds to wait before trying again, or None when the failure is final.
+
+        Args:
+            event: what the cluster is doing, or None for a failure of the request's own.
+            poll: the longest wait between two tries (the cluster answers at once).
+        """
+        config = self.client.config
+        if event is None:
+            if self.attempt >= config.max_retries:
+                return None
+            self.attempt += 1
+            return self.client._delay(self.attempt - 1)
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        self.event = event
+        left = self.since + config.cluster_wait - now
+        if left <= 0:
+            return None
+        self.waits += 1
+        self.client._waiting(self.name, self.what, event)
+        delay = self.client._delay(self.waits - 1)
+        return min(left, max(0.05, delay if poll is None else min(delay, poll)))
+
+    def gave_up(self, error: AISIOError) -> AISIOError:
+        """Returns ``error``, saying how long the cluster was waited for, when it was."""
+        if self.since is None:
+            return error
+        error.message = (f"{error.message} (aisio waited {time.monotonic() - self.since:.0f} s "
+                         f"for the cluster: {self.event}; AISConfig.cluster_wait or "
+                         f"{CLUSTER_WAIT_VAR} sets how long)")
+        error.args = (error.message,)
+        return error
 
 
 class ReadStream(io.RawIOBase):
@@ -343,7 +514,8 @@ class ObjectReader(ReadStream):
         from_zero = bool(self.pos) and self._identity is not None and not self.identified
         headers = {"Range": f"bytes={self.pos}-"} if self.pos and not from_zero else None
         resp = self.client.request("GET", self.url, name=self.name, what="reading", etl=self.etl,
-                                   headers=headers, stream=True, ok=(200, 206))
+                                   headers=headers, stream=True, ok=(200, 206),
+                                   existing=self._identity is not None)
         size = _total_size(resp)
         identity = (resp.headers.get("Ais-Version"), resp.headers.get("Ais-Checksum-Value"), size)
         if self._identity is None:

@@ -22,6 +22,9 @@ ENV_VARS = {
     "skip_verify": "AIS_SKIP_VERIFY_CRT",
 }
 
+#: Seconds a request waits for a changing cluster (:attr:`AISConfig.cluster_wait`).
+CLUSTER_WAIT_VAR = "AISIO_CLUSTER_WAIT"
+
 _NO_ENDPOINT = (
     "no AIStore endpoint is configured: pass url='http://host:port', "
     "config=AISConfig(endpoint=...), or set AIS_ENDPOINT "
@@ -38,7 +41,11 @@ class AISConfig:
     connection pool lazily.
 
     Args:
-        endpoint: the proxy's URL, e.g. ``http://127.0.0.1:51080``.
+        endpoint: the proxy's URL, e.g. ``http://127.0.0.1:51080``; several proxies of one
+            cluster as a comma-separated list (``AIS_ENDPOINT`` too), the first asked first.
+        endpoints: the same list as a tuple; ``endpoint`` is then its first entry. Either way,
+            the client also learns the cluster's other proxies from its map, and asks another
+            one when the proxy it talks to is gone.
         token: AuthN bearer token, sent on every request (never shown in ``repr``).
         ca_cert: CA bundle to verify an HTTPS endpoint.
         client_cert: client certificate (PEM) for mutual TLS.
@@ -47,6 +54,10 @@ class AISConfig:
         connect_timeout: seconds to establish a connection.
         read_timeout: seconds to wait for the next bytes of an answer.
         max_retries: attempts after the first on connection errors, timeouts, 429 and 5xx.
+        cluster_wait: seconds a request keeps trying while the cluster changes under it (a
+            target down or leaving the map, a proxy election, a cluster (re)forming, an object
+            whose target left): AIStore's own failure detection takes ~30 s on a real cluster
+            (``AISIO_CLUSTER_WAIT``). Then the typed error names the object.
         backoff: first retry delay in seconds; doubles each time, with full jitter.
         backoff_max: the longest single delay.
         max_pool_size: connections kept per host (proxy and each target).
@@ -54,6 +65,7 @@ class AISConfig:
     """
 
     endpoint: str | None = None
+    endpoints: tuple[str, ...] = ()
     token: str | None = dataclasses.field(default=None, repr=False)
     ca_cert: str | None = None
     client_cert: str | None = None
@@ -62,14 +74,20 @@ class AISConfig:
     connect_timeout: float = 5.0
     read_timeout: float = 60.0
     max_retries: int = 5
+    cluster_wait: float = 120.0
     backoff: float = 0.2
     backoff_max: float = 10.0
     max_pool_size: int = 16
     page_size: int = 0
 
     def __post_init__(self) -> None:
-        if self.endpoint is not None:
-            object.__setattr__(self, "endpoint", _normalize_endpoint(self.endpoint))
+        listed = [*(self.endpoint.split(",") if self.endpoint else ()), *self.endpoints]
+        endpoints = tuple(dict.fromkeys(_normalize_endpoint(e) for e in listed if e.strip()))
+        object.__setattr__(self, "endpoints", endpoints)
+        object.__setattr__(self, "endpoint", endpoints[0] if endpoints else None)
+        if not self.cluster_wait >= 0:
+            raise ConfigError("AISConfig.cluster_wait must be >= 0 seconds (0: do not wait for "
+                              "the cluster to recover)")
         for name in ("connect_timeout", "read_timeout", "backoff_max"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"AISConfig.{name} must be a positive number of seconds")
@@ -102,12 +120,22 @@ class AISConfig:
                 values[field] = raw.strip().lower() in ("1", "true", "yes") if field == (
                     "skip_verify"
                 ) else raw
+        wait = env.get(CLUSTER_WAIT_VAR)
+        if wait:
+            try:
+                values["cluster_wait"] = float(wait)
+            except ValueError:
+                raise ConfigError(f"{CLUSTER_WAIT_VAR}={wait!r} is not a number of seconds; set "
+                                  "it to e.g. 120") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
     def with_endpoint(self, endpoint: str | None) -> AISConfig:
-        """Returns this config with ``endpoint`` replaced when one is given."""
-        return self if endpoint is None else dataclasses.replace(self, endpoint=endpoint)
+        """Returns this config with ``endpoint`` (one, or a comma-separated list) replacing the
+        endpoints when one is given."""
+        if endpoint is None:
+            return self
+        return dataclasses.replace(self, endpoint=endpoint, endpoints=())
 
     def require_endpoint(self) -> str:
         """Returns the endpoint, or raises :class:`ConfigError` saying how to set one."""

@@ -55,6 +55,12 @@ def object_missing(body: str | bytes | None) -> bool:
     return _server_message(body)[0] in MISSING_TCODES
 
 
+def object_gone(body: str | bytes | None) -> bool:
+    """True when an error answer's body says a target does not have the object (``ErrNotFound``,
+    not a missing bucket): after a target left the map, its objects answer so until it returns."""
+    return _server_message(body)[0] == "ErrNotFound"
+
+
 def cluster_forming(body: str | bytes | None) -> bool:
     """True when an error answer's body says the cluster is (re)forming (see FORMING_TCODES)."""
     return _server_message(body)[0] in FORMING_TCODES

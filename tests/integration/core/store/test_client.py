@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -133,7 +134,9 @@ def test_target_restart_mid_epoch_loses_and_repeats_nothing(own_playground: Play
     thread.start()
     got = []
     try:
-        with caplog.at_level(logging.DEBUG, logger="aisio"):
+        with caplog.at_level(logging.DEBUG, logger="aisio"), warnings.catch_warnings(
+                record=True) as said:
+            warnings.simplefilter("always", aisio.ClusterWaitWarning)
             for sample in aisio.AISFileLoader(template, config=config).ais_parse_webdataset():
                 got.append(sample["__key__"])
                 if len(got) == 100:
@@ -145,6 +148,9 @@ def test_target_restart_mid_epoch_loses_and_repeats_nothing(own_playground: Play
     assert any("retry" in r.getMessage() or "resuming" in r.getMessage()
                for r in caplog.records)
     assert Counter(got) == Counter(keys)
+    # a wait for the restarting node, if there was one, is said as one, with its deadline
+    assert all(w.category is aisio.ClusterWaitWarning and "cluster_wait" in str(w.message)
+               for w in said)
 
 
 def test_a_stream_broken_past_the_retries_names_the_byte(ais_endpoint: str, ais_client: Client,

@@ -7,6 +7,7 @@ import logging
 import os
 import threading
 import urllib.request
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,7 +44,9 @@ def test_proxy_restart_mid_epoch_with_default_retries(own_playground: Playground
     thread.start()
     got = []
     try:
-        with caplog.at_level(logging.DEBUG, logger="aisio"):
+        with caplog.at_level(logging.DEBUG, logger="aisio"), warnings.catch_warnings(
+                record=True) as said:
+            warnings.simplefilter("always", aisio.ClusterWaitWarning)
             for sample in aisio.AISFileLoader(template, config=config).ais_parse_webdataset():
                 got.append(sample["__key__"])
                 if len(got) == 100:  # inside shard 0: the next shards open while it restarts
@@ -53,6 +56,9 @@ def test_proxy_restart_mid_epoch_with_default_retries(own_playground: Playground
         reached.set()
         thread.join()
     assert Counter(got) == Counter(keys)
+    # a wait for the restarting node, if there was one, is said as one, with its deadline
+    assert all(w.category is aisio.ClusterWaitWarning and "cluster_wait" in str(w.message)
+               for w in said)
     assert any("(re)forming" in r.getMessage() for r in caplog.records)
 
 

@@ -15,7 +15,7 @@ import pytest
 
 import aisio
 from aisio.core.store import client as client_module
-from aisio.core.store.client import FORMING_WAIT, Client, client_for
+from aisio.core.store.client import FORMING_POLL, Client, client_for
 from aisio.core.store.urls import AISPath, Bucket
 from tests.faultproxy import fault_proxy
 
@@ -104,22 +104,26 @@ def test_a_forming_cluster_is_waited_for_whatever_max_retries_says(
         ais_endpoint: str, obj: AISPath, clock: FakeClock, tcode: str) -> None:
     with fault_proxy(ais_endpoint, fail_statuses=(_error(tcode),) * 12) as proxy:
         client = client_for(aisio.AISConfig(endpoint=proxy.endpoint, max_retries=0))
-        assert client.get_bytes(obj) == b"payload" * 10_000
+        with pytest.warns(aisio.ClusterWaitWarning, match="re.forming.*up to 120 s"):
+            assert client.get_bytes(obj) == b"payload" * 10_000
         assert proxy.requests == 13
-    assert 0 < sum(clock.slept) < FORMING_WAIT
+    assert 0 < sum(clock.slept) < client.config.cluster_wait
 
 
-def test_a_forming_cluster_is_waited_for_90_seconds_then_the_error_raised(
+def test_a_forming_cluster_is_waited_for_cluster_wait_seconds_then_the_error_raised(
         ais_endpoint: str, obj: AISPath, clock: FakeClock) -> None:
-    assert FORMING_WAIT == 90.0  # README.md: "retried for up to 90 s"
     with fault_proxy(ais_endpoint, fail_statuses=(_error("ErrNoNodes"),) * 2000) as proxy:
-        client = client_for(aisio.AISConfig(endpoint=proxy.endpoint, max_retries=2))
-        with pytest.raises(aisio.AISRequestError, match="ErrNoNodes") as info:
+        client = client_for(aisio.AISConfig(endpoint=proxy.endpoint, max_retries=2,
+                                            cluster_wait=90))
+        with pytest.warns(aisio.ClusterWaitWarning) as said, pytest.raises(
+                aisio.AISRequestError, match=r"ErrNoNodes.*waited 90 s.*cluster_wait") as info:
             client.get_bytes(obj)
         assert info.value.status == 400
         sent = proxy.requests
-    # Each wait is at most 1 s: the last request went out within a second of the 90th.
-    assert FORMING_WAIT <= sum(clock.slept) <= FORMING_WAIT + 1.0
+    assert len(said) == 1  # once for the whole wait
+    # Each wait is at most FORMING_POLL: the last request went out at the 90th second.
+    assert max(clock.slept) <= FORMING_POLL
+    assert sum(clock.slept) == pytest.approx(90.0)
     assert sent == len(clock.slept) + 1 > 90
 
 

@@ -27,6 +27,7 @@ from requests.structures import CaseInsensitiveDict
 from urllib3.exceptions import ProtocolError
 
 from aisio.core.store.client import Client
+from aisio.core.store.cluster import ClusterView
 from aisio.core.store.config import AISConfig
 
 PROXY = "http://proxy.test:8080"
@@ -119,6 +120,8 @@ def scripted_client(*script: Step | BaseException, **config: Any
     (no backoff delays unless ``config`` sets one), and the transport."""
     config.setdefault("backoff", 0.0)
     client = Client(AISConfig(endpoint=PROXY, **config))
+    client.cluster = ClusterView(client.config.endpoints)  # this test's alone,
+    client.cluster.learned = True  # no request for its map
     transport = ScriptedTransport(*script)
     client.session.mount("http://", transport)
     return client, transport

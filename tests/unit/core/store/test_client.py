@@ -122,8 +122,10 @@ def test_final_answers_are_not_retried(status: int, body: bytes, error: type) ->
 def test_a_forming_cluster_is_waited_for_whatever_max_retries_says() -> None:
     forming = answer(400, b'{"tcode":"ErrNoNodes","message":"no storage targets"}')
     client, transport = scripted_client(forming, forming, serve(DATA), max_retries=0)
-    assert client.get_bytes(OBJECT) == DATA
+    with pytest.warns(aisio.ClusterWaitWarning, match="re.forming") as said:
+        assert client.get_bytes(OBJECT) == DATA
     assert len(transport.seen) == 3
+    assert len(said) == 1  # said once for the whole wait
 
 
 # ------------------------------------------------------------------------ resuming a stream
