@@ -185,9 +185,10 @@ def run_listing(args: argparse.Namespace) -> None:
             for key, value in row.items():
                 print(f"  {key:20} {value:>14,.3f}")
             print(f"  {'objects/s':20} {row['objects'] / row['seconds']:>14,.0f}")
-            print(f"  {'bytes per object':20} {row['maxrss_growth_mb'] * 1e6 / row['objects']:>14,.0f}"
-                  " (memory of the shard list)")
-            print(f"  {'broadcast bytes/obj':20} {row['broadcast_mb'] * 1e6 / row['objects']:>14,.0f}")
+            per_object = row["maxrss_growth_mb"] * 1e6 / row["objects"]
+            print(f"  {'bytes per object':20} {per_object:>14,.0f} (memory of the shard list)")
+            sent = row["broadcast_mb"] * 1e6 / row["objects"]
+            print(f"  {'broadcast bytes/obj':20} {sent:>14,.0f}")
         finally:
             if not args.bucket and not args.keep:
                 client.destroy_bucket(bucket)
