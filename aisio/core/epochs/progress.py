@@ -34,7 +34,7 @@ import random
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from aisio.core.faults.errors import StateMismatchError
 from aisio.core.store.sources import ObjectRef
@@ -326,31 +326,84 @@ class EpochProgress:
         progress.versions = {int(k): str(v) for k, v in state.get("versions", {}).items()}
         return progress
 
-    def tasks(self, shards: Sequence[ObjectRef], *, shuffle: bool) -> list[ShardTask]:
+    def tasks(self, shards: Sequence[ObjectRef], *, shuffle: bool) -> EpochTasks:
         """Returns what is left of the epoch: shards in progress first (from their first
         undelivered sample), then the untouched ones in the epoch's order."""
         order = shard_order(self.count, self.seed, self.epoch, shuffle=shuffle)
-        left: list[ShardTask] = []
-        for index in order:
-            part = self.partial.get(index)
-            if part is not None:
-                left.append(ShardTask(index, shards[index], part.offset, part.lo,
-                                      frozenset(part.above), self.versions.get(index)))
-        left.extend(ShardTask(index, shards[index]) for index in order
-                    if index not in self.done and index not in self.partial)
-        return left
+        started = [ShardTask(index, shards[index], part.offset, part.lo, frozenset(part.above),
+                             self.versions.get(index))
+                   for index in order if (part := self.partial.get(index)) is not None]
+        done, partial = self.done, self.partial
+        return EpochTasks(shards, array("q", (index for index in order
+                                              if index not in done and index not in partial)),
+                          started)
+
+
+class EpochTasks(Sequence[ShardTask]):
+    """An epoch's task list, each :class:`ShardTask` made when it is asked for: every reader
+    of a job holds the whole list (and takes its share by index), which at a million shards
+    would be a million objects in each of them.
+
+    Args:
+        shards: the loader's shard list.
+        order: the indices of the shards read from their start, in the epoch's order.
+        started: the tasks of the shards in progress (a resumed epoch), which come first.
+    """
+
+    def __init__(self, shards: Sequence[ObjectRef], order: array[int],
+                 started: Sequence[ShardTask] = ()) -> None:
+        self.shards = shards
+        self.order = order
+        self.started = list(started)
+
+    def __len__(self) -> int:
+        return len(self.started) + len(self.order)
+
+    @overload
+    def __getitem__(self, at: int) -> ShardTask: ...
+
+    @overload
+    def __getitem__(self, at: slice) -> list[ShardTask]: ...
+
+    def __getitem__(self, at: int | slice) -> ShardTask | list[ShardTask]:
+        if isinstance(at, slice):
+            return [self[i] for i in range(*at.indices(len(self)))]
+        if at < 0:
+            at += len(self)
+        if not 0 <= at < len(self):
+            raise IndexError(f"task {at} of an epoch of {len(self)}")
+        if at < len(self.started):
+            return self.started[at]
+        index = self.order[at - len(self.started)]
+        return ShardTask(index, self.shards[index])
+
+    def __iter__(self) -> Iterator[ShardTask]:
+        yield from self.started
+        shards = self.shards
+        for index in self.order:
+            yield ShardTask(index, shards[index])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"EpochTasks({len(self)} tasks, {len(self.started)} started)"
 
 
 def epoch_tasks(shards: Sequence[ObjectRef], seed: int | None, epoch: int, *, shuffle: bool,
-                resume: EpochProgress | dict[str, Any] | None = None) -> list[ShardTask]:
+                resume: EpochProgress | dict[str, Any] | None = None) -> EpochTasks:
     """Returns an epoch's task list: every shard from its start, or what ``resume`` (a
     progress, or a saved state) left of this epoch."""
     if isinstance(resume, dict):
         resume = EpochProgress.from_state(resume, shards) if resume["epoch"] == epoch else None
     if resume is not None and resume.epoch == epoch:
         return resume.tasks(shards, shuffle=shuffle)
-    return [ShardTask(i, shards[i]) for i in shard_order(len(shards), seed, epoch,
-                                                         shuffle=shuffle)]
+    return EpochTasks(shards, array("q", shard_order(len(shards), seed, epoch,
+                                                     shuffle=shuffle)))
 
 
 def check_state(state: Any, shards: Sequence[ObjectRef]) -> None:
@@ -509,6 +562,7 @@ def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Itera
 
 __all__ = [
     "EpochProgress",
+    "EpochTasks",
     "Position",
     "Positions",
     "ShardTask",

@@ -682,3 +682,28 @@ def test_merge_refuses_states_of_the_deterministic_order() -> None:
     state = {"order": "deterministic", "epoch": 0, "state": {}}
     with pytest.raises(StateMismatchError, match=r"merge them with aisio\.gather_state"):
         merge_states([state, state])
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_an_epochs_tasks_are_made_as_asked_and_agree_however_they_are_asked(resume: bool) -> None:
+    from aisio.core.epochs.progress import EpochProgress, EpochTasks, ShardTask, shard_order
+
+    shards = refs(50)
+    progress = EpochProgress(shards, 7, 2)
+    if resume:
+        progress.record([(3, 0, 10, False), (3, 2, 30, False), (9, 0, 10, True),
+                         (20, 0, 5, False)])
+    tasks = epoch_tasks(shards, 7, 2, shuffle=True, resume=progress if resume else None)
+    assert isinstance(tasks, EpochTasks)
+    # the definition, made eagerly: shards in progress first, then the rest in the epoch's order
+    order = shard_order(50, 7, 2, shuffle=True)
+    started = [i for i in order if i in progress.partial]
+    expected = [ShardTask(i, shards[i], progress.partial[i].offset, progress.partial[i].lo,
+                          frozenset(progress.partial[i].above)) for i in started]
+    expected += [ShardTask(i, shards[i]) for i in order
+                 if i not in progress.done and i not in progress.partial]
+    assert list(tasks) == expected and tasks == expected and len(tasks) == len(expected)
+    assert [tasks[i] for i in range(len(tasks))] == expected
+    assert tasks[-1] == expected[-1] and tasks[1::3] == expected[1::3]
+    with pytest.raises(IndexError):
+        tasks[len(expected)]
