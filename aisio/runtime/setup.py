@@ -40,9 +40,11 @@ from aisio.core.store.sources import (
     ObjectRef,
     Source,
     check_templates,
+    pack_refs,
     resolve,
     shard_list,
     templates_of,
+    unpack_refs,
 )
 from aisio.runtime.dist import (
     Uneven,
@@ -232,6 +234,17 @@ class _RankZero:
     shards: list[ObjectRef] | None
     shards_id: str
     error: BaseException | None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Sent to every rank: the listing compactly (see pack_refs), not ref by ref.
+        packed = pack_refs(self.shards) if self.shards is not None else None
+        return (_rank_zero, (self.sources, packed, self.shards_id, self.error))
+
+
+def _rank_zero(sources: list[Source] | None, packed: Any, shards_id: str,
+               error: BaseException | None) -> _RankZero:
+    return _RankZero(sources, unpack_refs(*packed) if packed is not None else None, shards_id,
+                     error)
 
 
 #: A rank's own shard list differs from rank 0's (named once rank 0's list is known).

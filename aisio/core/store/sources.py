@@ -38,6 +38,7 @@ import difflib
 import itertools
 import os
 import re
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -83,6 +84,44 @@ class ObjectRef:
     def uri(self) -> str:
         """Returns the name shown for this object: the user's spelling, else its AIS name."""
         return self.name if self.name is not None else self.path.uri()
+
+
+def pack_refs(refs: Sequence[ObjectRef]) -> tuple[list[Any], list[str], array[int],
+                                                  dict[int, str]]:
+    """Returns a shard list in a compact form for sending to other processes (rank 0's
+    listing to every rank): each ref's bucket, endpoint and ETL once in a table, a table index
+    and an object name a ref, and the user's spellings where there are any. Pickling the refs
+    themselves costs ~15 us each (three objects and their dicts): 15 s at a million shards.
+
+    Example:
+        >>> refs = [ObjectRef(AISPath(Bucket("b"), f"s-{i}.tar")) for i in range(3)]
+        >>> unpack_refs(*pack_refs(refs)) == refs
+        True
+    """
+    kinds: list[tuple[Bucket, str | None, ETL | None]] = []  # few; an ETL's args may be a dict
+    index: array[int] = array("l")
+    names: list[str] = []
+    spelled: dict[int, str] = {}
+    last, at_last = None, -1
+    for at, ref in enumerate(refs):
+        kind = (ref.path.bucket, ref.endpoint, ref.etl)
+        if kind != last:
+            if kind not in kinds:
+                kinds.append(kind)
+            last, at_last = kind, kinds.index(kind)
+        index.append(at_last)
+        names.append(ref.path.obj)
+        if ref.name is not None:
+            spelled[at] = ref.name
+    return list(kinds), names, index, spelled
+
+
+def unpack_refs(kinds: list[Any], names: list[str], index: array[int],
+                spelled: dict[int, str]) -> list[ObjectRef]:
+    """Returns the shard list :func:`pack_refs` packed."""
+    return [ObjectRef(AISPath(kinds[kind][0], name), kinds[kind][1], kinds[kind][2],
+                      spelled.get(at))
+            for at, (kind, name) in enumerate(zip(index, names, strict=True))]
 
 
 @dataclass(frozen=True)

@@ -138,3 +138,21 @@ def test_numbered_series_are_runs_of_one_width() -> None:
     names = ["a-01.tar", "a-02.tar", "a-04.tar", "a-003.tar", "b.txt"]
     assert sorted(numbered_series(names)) == [("a-003.tar", 1), ("a-04.tar", 1),
                                               ("a-{01..02}.tar", 2)]
+
+
+def test_a_shard_list_packed_for_the_other_ranks_comes_back_the_same() -> None:
+    import pickle
+
+    from aisio.core.store.sources import ObjectRef, pack_refs, unpack_refs
+    from aisio.core.store.urls import ETL, AISPath, Bucket
+    from aisio.runtime.setup import _RankZero
+
+    refs = [ObjectRef(AISPath(Bucket("a"), "s-0.tar")),
+            ObjectRef(AISPath(Bucket("b", "s3"), "x/s-1.tar"), None, None, "s3://b/x/s-1.tar"),
+            ObjectRef(AISPath(Bucket("a"), "s-2.tar"), "http://other:1", ETL("resize", {"w": 2})),
+            ObjectRef(AISPath(Bucket("a", namespace="ns"), "s-3.tar")),
+            ObjectRef(AISPath(Bucket("a"), "s-4.tar"))]
+    assert unpack_refs(*pack_refs(refs)) == refs
+    message = _RankZero(None, refs, "id", None)
+    assert pickle.loads(pickle.dumps(message)) == message
+    assert pickle.loads(pickle.dumps(_RankZero(None, None, "id", None))).shards is None
