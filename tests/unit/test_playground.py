@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from aisio import playground as pg_module
 from aisio.core.faults.errors import PlaygroundError
 from aisio.playground import Playground, default_playground_dir
+from aisio.playground import _base as pg_module
 
 
 def running(root: Path, uid: int, monkeypatch: pytest.MonkeyPatch) -> None:
