@@ -103,7 +103,8 @@ class PlaygroundBase:
 
     def _save_state(self) -> None:
         state = {"endpoint": self.endpoint, "tls": self.tls, "primary": self._primary,
-                 "nodes": [n.record() for n in self.nodes], "owner": self.owner or _owner()}
+                 "mountpaths": self.mountpaths, "nodes": [n.record() for n in self.nodes],
+                 "owner": self.owner or _owner()}
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
@@ -116,6 +117,7 @@ class PlaygroundBase:
         self.tls = (str(state["tls"][0]), str(state["tls"][1])) if state.get("tls") else None
         self.nodes = [Node.from_record(n) for n in state["nodes"]]
         self._primary = state.get("primary") or "proxy0"
+        self.mountpaths = int(state.get("mountpaths") or self.mountpaths)
         self.owner = state.get("owner")
         return True
 
