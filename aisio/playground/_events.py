@@ -3,7 +3,10 @@ is made redundant (erasure coding, mirroring) and its objects' slices are waited
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -55,7 +58,31 @@ class Playground(PlaygroundBase):
     def add_target(self, timeout: float = READY_TIMEOUT) -> Node:
         """Starts a new target that joins the running cluster; returns it once it is in the
         cluster map (a rebalance then moves objects to it: :meth:`wait_rebalance`)."""
-        return self._add("target", self.binary or build_node(log=self.log), timeout)
+        with self._expect_rebalance():
+            return self._add("target", self.binary or build_node(log=self.log), timeout)
+
+    def restart(self, name: str, wait: bool = True, timeout: float = READY_TIMEOUT) -> Node:
+        if not wait or self.node(name).role != "target":
+            return super().restart(name, wait, timeout)
+        with self._expect_rebalance():  # a target that rejoins gets its objects back
+            return super().restart(name, wait, timeout)
+
+    restart.__doc__ = PlaygroundBase.restart.__doc__
+
+    @contextlib.contextmanager
+    def _expect_rebalance(self, within: float = 10.0) -> Iterator[None]:
+        """Notes the rebalance that the block's change of targets starts (so that
+        :meth:`wait_rebalance` waits for it even before the primary registers it): the
+        latest one, once it differs from the one before the block (waiting ``within`` s)."""
+        before = (self._rebalance_status() or {}).get("uuid")
+        yield
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            latest = (self._rebalance_status() or {}).get("uuid")
+            if latest and latest != before:
+                self._rebalances.append(str(latest))
+                return
+            time.sleep(0.2)
 
     def add_proxy(self, timeout: float = READY_TIMEOUT) -> Node:
         """Starts a new proxy that joins the running cluster; returns it once it is in the
@@ -96,14 +123,15 @@ class Playground(PlaygroundBase):
         the map and its process ends; the playground forgets it (its directory stays)."""
         node = self.node(name)
         self._cluster_action("decommission-node", node)
-        self._procs.pop(node.pid, None)  # it ends by itself: not a crash
+        proc = self._procs.pop(node.pid, None)  # it ends by itself: not a crash
 
         def gone() -> bool:
             try:
                 in_map = node.sid in smap_nodes(self.smap())
             except PlaygroundError:
                 in_map = True
-            return not in_map and not _is_alive(node.pid)
+            ended = proc.poll() is not None if proc else not _is_alive(node.pid)
+            return not in_map and ended
 
         self._wait(gone, timeout, f"{name} to leave the cluster")
         self.nodes.remove(node)
@@ -115,23 +143,32 @@ class Playground(PlaygroundBase):
                             {"kind": kind}, timeout=10)
         return not answer.ok or bool(answer.json())
 
-    def _finished(self, xid: str) -> bool:
-        answer = self._call(self._primary_url() + "/v1/cluster?what=status", "GET",
-                            {"id": xid, "kind": "rebalance"}, timeout=10)
-        if answer.status == 404:  # unknown (long gone)
-            return True
-        status = answer.json() if answer.ok else None
-        return isinstance(status, dict) and bool(status.get("end_time") or status.get("aborted"))
+    def _rebalance_status(self, xid: str = "") -> dict[str, Any] | None:
+        """Returns the status of rebalance ``xid`` (default: the latest) as the primary's
+        notification listeners know it (``uuid``, ``end_time``, ``aborted``), None if none."""
+        query = {"kind": "rebalance", **({"id": xid} if xid else {})}
+        answer = self._call(self._primary_url() + "/v1/cluster?what=status", "GET", query,
+                            timeout=10)
+        status = answer.json() if answer.ok and answer.body.strip() else None
+        return status if isinstance(status, dict) else None
+
+    def _finished(self, xid: str = "") -> bool:
+        """Whether rebalance ``xid`` (default: the latest, if any) has ended."""
+        status = self._rebalance_status(xid)
+        return status is None or bool(status.get("end_time") or status.get("aborted"))
 
     def wait_rebalance(self, timeout: float = REBALANCE_TIMEOUT) -> None:
-        """Returns when no rebalance or resilver runs (and every rebalance this object
-        started has ended); raises :class:`PlaygroundError` after ``timeout`` seconds."""
+        """Returns when the latest rebalance has ended and no rebalance or resilver runs on a
+        target; raises :class:`PlaygroundError` after ``timeout`` seconds.
+
+        A rebalance is registered with the primary before the targets run it, and objects
+        that moved answer 404 in between: the targets' "nothing runs" alone is not the end."""
         quiet = 0
 
         def done() -> bool:
             nonlocal quiet
             self._rebalances[:] = [x for x in self._rebalances if not self._finished(x)]
-            idle = not self._rebalances and not any(
+            idle = not self._rebalances and self._finished() and not any(
                 self._xaction_running(kind) for kind in ("rebalance", "resilver"))
             quiet = quiet + 1 if idle else 0
             return quiet >= 2  # twice in a row: not the gap before one starts

@@ -2,7 +2,8 @@
 
 ``ls``, ``stat``, ``get``, ``cat``, ``head``, ``preview``, ``put``, ``playground`` and ``etl``
 (:mod:`aisio.tools.etl_cli`). The
-endpoint comes from ``--endpoint``, else ``AIS_ENDPOINT``. User mistakes end in one line on stderr
+endpoint comes from ``--endpoint``, else ``AIS_ENDPOINT``, else the running default
+playground. User mistakes end in one line on stderr
 naming the fix and a non-zero exit (2 for a misused command line, 1 for the rest), never a
 traceback.
 """
