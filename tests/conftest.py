@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -46,6 +47,10 @@ def pytest_configure(config: pytest.Config) -> None:
     root = str(ROOT)
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join([root, *[p for p in paths if p != root]])
+    # With AIS_ENDPOINT unset, aisio finds the running default playground: never the user's own
+    # in a test (a directory that does not exist; a test that wants one names its own).
+    os.environ["AISIO_PLAYGROUND_DIR"] = os.path.join(
+        tempfile.gettempdir(), f"aisio-tests-no-default-playground-{os.getpid()}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -2,7 +2,8 @@
 
 ``ls``, ``stat``, ``get``, ``cat``, ``head``, ``preview``, ``put``, ``playground`` and ``etl``
 (:mod:`aisio.tools.etl_cli`). The
-endpoint comes from ``--endpoint``, else ``AIS_ENDPOINT``. User mistakes end in one line on stderr
+endpoint comes from ``--endpoint``, else ``AIS_ENDPOINT``, else the running default
+playground. User mistakes end in one line on stderr
 naming the fix and a non-zero exit (2 for a misused command line, 1 for the rest), never a
 traceback.
 """
@@ -198,7 +199,9 @@ def _preview(args: argparse.Namespace) -> int:
 
 
 def _playground(args: argparse.Namespace) -> int:
-    pg = Playground(args.dir, ntargets=getattr(args, "targets", 1))
+    pg = Playground(args.dir, ntargets=getattr(args, "targets", None),
+                    nproxies=getattr(args, "proxies", None),
+                    mountpaths=getattr(args, "mountpaths", 1))
     if args.action == "up":
         endpoint = pg.up(timeout=args.timeout)
         print(f"export AIS_ENDPOINT={endpoint}")
@@ -206,11 +209,32 @@ def _playground(args: argparse.Namespace) -> int:
         pg.down(wipe=args.wipe)
     elif args.action == "build":
         print(build_node())
+    elif args.action == "bucket":
+        _redundancy(pg, args)
     else:
         status = pg.status()
         print(json.dumps(status, indent=2))
         return 0 if status.get("ready") else 1
     return 0
+
+
+def _redundancy(pg: Playground, args: argparse.Namespace) -> None:
+    """``aisio playground bucket ais://b --ec D:P --mirror N [--wait]``."""
+    ec = None
+    if args.ec:
+        try:
+            data, parity = (int(x) for x in args.ec.split(":"))
+        except ValueError:
+            raise _Fail(f"--ec {args.ec!r} is not DATA:PARITY, e.g. --ec 1:1") from None
+        ec = (data, parity)
+    if not pg.running_nodes():
+        raise _Fail(f"no playground runs in {pg.root}: `aisio playground up --dir {pg.root}`")
+    pg.make_redundant(args.bucket, ec=ec, mirror=args.mirror)
+    if ec and args.wait:
+        pg.wait_ec(args.bucket, timeout=args.timeout)
+    print(f"{args.bucket}: " + ", ".join(
+        ([f"erasure coded {ec[0]}:{ec[1]}"] if ec else [])
+        + ([f"{args.mirror} copies on each target"] if args.mirror else [])))
 
 
 # ---- diagnosis ------------------------------------------------------------------------------
@@ -346,20 +370,39 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_put(add)
 
-    pg = sub.add_parser("playground", help="run a local AIStore (1 proxy, N targets) on 127.0.0.1")
+    pg = sub.add_parser("playground", help="run a local AIStore (proxies and targets) on "
+                        "127.0.0.1; it keeps its data between down and up")
     pg_sub = pg.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = pg_sub.add_parser(
         "up",
-        help="build the node if needed, start the cluster, print `export AIS_ENDPOINT=...` "
-        '(use: eval "$(aisio playground up)")',
+        help="build the node if needed, start the cluster (again: same ports and data), print "
+        '`export AIS_ENDPOINT=...` (use: eval "$(aisio playground up)")',
     )
-    up.add_argument("--targets", type=positive, default=1, help="storage targets (default 1)")
+    up.add_argument("--targets", type=positive,
+                    help="storage targets (default: as many as it had, else 1)")
+    up.add_argument("--proxies", type=positive,
+                    help="proxies; another is elected primary when the primary dies "
+                    "(default: as many as it had, else 1)")
+    up.add_argument("--mountpaths", type=positive, default=1,
+                    help="mountpaths per new target (mirroring needs one per copy; default 1)")
     up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for readiness")
-    down = pg_sub.add_parser("down", help="stop the cluster")
-    down.add_argument("--wipe", action="store_true", help="also delete its data and logs")
-    pg_sub.add_parser("status", help="print endpoint and node liveness as JSON")
+    down = pg_sub.add_parser("down", help="stop the cluster; its buckets and objects stay for "
+                             "the next `up` unless --wipe")
+    down.add_argument("--wipe", action="store_true",
+                      help="also delete its data and logs (otherwise kept for the next `up`)")
+    pg_sub.add_parser("status", help="print the endpoints and every node (role, primary, alive, "
+                                     "in the cluster map) as JSON")
     pg_sub.add_parser("build", help="build the AIStore node with `go install` if not cached; "
                                     "print its path")
+    bucket = pg_sub.add_parser("bucket", help="make a bucket of the playground redundant: "
+                               "erasure coding (needs DATA+PARITY+1 targets) or mirroring")
+    bucket.add_argument("bucket", help="ais://bucket (it must exist)")
+    bucket.add_argument("--ec", metavar="DATA:PARITY", help="erasure code, e.g. 1:1")
+    bucket.add_argument("--mirror", type=positive, metavar="N",
+                        help="N copies on each target's own mountpaths")
+    bucket.add_argument("--wait", action="store_true",
+                        help="with --ec: return once every object's slices are written")
+    bucket.add_argument("--timeout", type=float, default=120.0, help="seconds --wait waits")
     for p in pg_sub.choices.values():
         p.add_argument("--dir", type=Path, default=default_playground_dir(),
                        help="the playground's directory (default %(default)s)")

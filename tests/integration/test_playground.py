@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -10,6 +13,7 @@ import pytest
 from aisio import BucketNotFoundError, ObjectNotFoundError
 from aisio.core.store.client import Client
 from aisio.core.store.urls import AISPath, Bucket
+from tests.conftest import ROOT
 
 
 def test_cluster_is_ready(ais_endpoint: str) -> None:
@@ -63,3 +67,46 @@ def test_three_targets(tmp_path: Path) -> None:
     finally:
         playground.down(wipe=True, quiet=True)
     assert not playground.status()["running"]
+
+
+# ---- issue #41: the playground keeps its data ------------------------------------------------
+def aisio_cmd(*argv: str, env: dict[str, str],
+              timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """Runs the ``aisio`` command as a user would, in a process of its own."""
+    return subprocess.run([sys.executable, "-m", "aisio", *argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_down_then_up_keeps_the_buckets_on_the_same_endpoint_which_is_found_unset(
+        tmp_path: Path) -> None:
+    """`up`, put, `down`, `up` again (no --wipe): the same endpoint serves the object; and with
+    AIS_ENDPOINT unset, the command finds the running default playground and says so once."""
+    pg_dir = tmp_path / "pg"
+    env = {k: v for k, v in os.environ.items() if k != "AIS_ENDPOINT"}
+    env["AISIO_PLAYGROUND_DIR"] = str(tmp_path / "not-this-one")  # --dir names ours
+    (tmp_path / "hello.txt").write_bytes(b"kept across down and up")
+    try:
+        up = aisio_cmd("playground", "up", "--dir", str(pg_dir), env=env)
+        assert up.returncode == 0, up.stderr
+        endpoint = up.stdout.strip().removeprefix("export AIS_ENDPOINT=")
+        put = aisio_cmd("put", str(tmp_path / "hello.txt"), "ais://kept/hello.txt",
+                        "--endpoint", endpoint, env=env)
+        assert put.returncode == 0, put.stderr
+        down = aisio_cmd("playground", "down", "--dir", str(pg_dir), env=env)
+        assert down.returncode == 0 and "data kept" in down.stderr, down.stderr
+        assert aisio_cmd("cat", "ais://kept/hello.txt", "--endpoint", endpoint,
+                         env=env).returncode == 1  # it is down
+        again = aisio_cmd("playground", "up", "--dir", str(pg_dir), env=env)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip() == f"export AIS_ENDPOINT={endpoint}"
+        cat = aisio_cmd("cat", "ais://kept/hello.txt", "--endpoint", endpoint, env=env)
+        assert (cat.returncode, cat.stdout) == (0, "kept across down and up"), cat.stderr
+        # AIS_ENDPOINT unset: the running default playground (AISIO_PLAYGROUND_DIR) is used.
+        found = aisio_cmd("cat", "ais://kept/hello.txt", env={**env,
+                                                              "AISIO_PLAYGROUND_DIR": str(pg_dir)})
+        assert (found.returncode, found.stdout) == (0, "kept across down and up"), found.stderr
+        assert found.stderr == (f"aisio: using the playground at {endpoint} "
+                                "(AIS_ENDPOINT is unset)\n")
+    finally:
+        aisio_cmd("playground", "down", "--wipe", "--dir", str(pg_dir), env=env)
+    assert not pg_dir.exists()

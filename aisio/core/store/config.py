@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,6 +13,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from aisio.core.faults.errors import ConfigError
+from aisio.core.system.processes import pid_runs
+
+log = logging.getLogger("aisio")
 
 #: Environment variables read by :meth:`AISConfig.from_env` (the AIStore CLI's and SDK's names).
 ENV_VARS = {
@@ -30,6 +35,9 @@ _NO_ENDPOINT = (
     "config=AISConfig(endpoint=...), or set AIS_ENDPOINT "
     '(for a local cluster: eval "$(aisio playground up)")'
 )
+#: the file in a playground's directory that names its nodes (``aisio.playground`` writes it)
+PLAYGROUND_STATE = "state.json"
+_announced: set[str] = set()  # the playground endpoints this process said it uses
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,10 @@ class AISConfig:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> AISConfig:
         """Returns a config from ``AIS_*`` environment variables, with ``overrides`` winning.
 
+        Without ``env`` (this process's environment), no ``endpoint`` override and no
+        ``AIS_ENDPOINT``, the endpoint is the running default playground's, if one runs (said
+        once on the ``aisio`` logger); a given ``env`` mapping is read alone.
+
         Example:
             >>> AISConfig.from_env({"AIS_ENDPOINT": "http://127.0.0.1:8080"}).endpoint
             'http://127.0.0.1:8080'
@@ -128,6 +140,14 @@ class AISConfig:
                 raise ConfigError(f"{CLUSTER_WAIT_VAR}={wait!r} is not a number of seconds; set "
                                   "it to e.g. 120") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if env is os.environ and not values.get("endpoint"):
+            found = running_playground_endpoint()
+            if found:
+                values["endpoint"] = found
+                if found not in _announced:
+                    _announced.add(found)
+                    log.warning("aisio: using the playground at %s (AIS_ENDPOINT is unset)",
+                                found)
         return cls(**values)
 
     def with_endpoint(self, endpoint: str | None) -> AISConfig:
@@ -180,3 +200,39 @@ def cache_dir() -> Path:
     if explicit:
         return Path(explicit)
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "aisio"
+
+
+def default_playground_dir() -> Path:
+    """Returns the directory of the default playground: ``$AISIO_PLAYGROUND_DIR``, or this
+    user's own under the cache (named by uid, so a cache shared between users shares no
+    playground)."""
+    explicit = os.environ.get("AISIO_PLAYGROUND_DIR")
+    return Path(explicit) if explicit else cache_dir() / f"playground-{os.getuid()}"
+
+
+def read_playground_state(root: Path) -> dict[str, Any] | None:
+    """Returns the state the playground in ``root`` last wrote, or None when there is none."""
+    try:
+        state = json.loads((root / PLAYGROUND_STATE).read_text())
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) and isinstance(state.get("nodes"), list) else None
+
+
+def running_playground_endpoint(root: Path | None = None) -> str | None:
+    """Returns the public URL of a live proxy of the playground in ``root`` (default: the
+    default playground's directory), the primary when last seen first; None when none runs.
+
+    Reads the playground's state and asks the system whether its processes live: no socket.
+    """
+    state = read_playground_state(default_playground_dir() if root is None else root)
+    if state is None:
+        return None
+    scheme = "https" if state.get("tls") else "http"
+    proxies = [n for n in state["nodes"] if isinstance(n, dict) and n.get("role") == "proxy"]
+    primary = state.get("primary")
+    proxies.sort(key=lambda n: f"proxy{n.get('index')}" != primary)  # stable: then by index
+    for node in proxies:
+        if pid_runs(int(node.get("pid") or 0), "aisnode"):
+            return f"{scheme}://127.0.0.1:{node['port']}"
+    return None

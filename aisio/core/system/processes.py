@@ -42,4 +42,16 @@ def _zombie(pid: int) -> bool:
     return stat[after + 2:after + 3] in (b"Z", b"X")
 
 
-__all__ = ["pid_alive"]
+def pid_runs(pid: int, program: str) -> bool:
+    """Returns whether ``pid`` is alive and its command line names ``program`` (a pid that the
+    system handed to another program since counts as gone); False where there is no ``/proc``."""
+    if not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return program.encode() in fh.read()
+    except OSError:
+        return False
+
+
+__all__ = ["pid_alive", "pid_runs"]
