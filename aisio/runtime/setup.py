@@ -25,6 +25,7 @@ from typing import Any, Protocol, cast
 from aisio.core.epochs.plan import EpochPlan
 from aisio.core.epochs.progress import shard_list_id
 from aisio.core.faults.errors import ClusterError, ConfigError
+from aisio.core.faults.policy import warn_in_user_code
 from aisio.core.order.loader import (
     OrderedLoader,
     OrderSetup,
@@ -94,6 +95,22 @@ class LoaderSetup:
         return OrderSetup.build(self.shards, self.spec, seed=self.seed, streams=self.streams,
                                 rank=self.rank, world=self.world, epochs=plan,
                                 where=self.where)
+
+    def warn_idle_readers(self, num_workers: int) -> None:
+        """Warns, once (when the loader is built), when ``num_workers`` reading processes on
+        each rank are more than the shards: each worker reads whole shards (``order="fast"``),
+        so the ones left without a shard sit idle every epoch. Names the option that helps."""
+        readers = max(1, num_workers) * self.world
+        idle = readers - len(self.shards)
+        if idle <= 0:
+            return
+        ranks = f" ({max(1, num_workers)} on each of {self.world} ranks)" if self.world > 1 else ""
+        fix = (f"pass num_workers={len(self.shards) // self.world}, or "
+               if num_workers > 1 and len(self.shards) >= self.world else "")
+        warn_in_user_code(
+            f"{self.where}(): {len(self.shards)} shard(s) for {readers} reading worker(s)"
+            f"{ranks}: {idle} worker(s) will have no shard to read and sit idle; each reads "
+            f"whole shards: {fix}write the dataset in at least {readers} shards")
 
     def resumable(self, *, open_epoch: OpenEpoch, close: Callable[[], None],
                   end_epoch: Callable[[], None] | None = None,
