@@ -286,6 +286,7 @@ def webdataset_loader(
     context = loader_options.get("multiprocessing_context")
     if setup.deterministic:
         order_setup = setup.order(plan)
+        setup.warn_idle_readers(num_workers, order_setup)
         # ranks are the order's plan's, not a reading service's
         served = ServedEpochs(OrderedRounds(order_setup), plan, lambda: WorkersReadingService(
             num_workers=num_workers, multiprocessing_context=context,

@@ -192,6 +192,7 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
     pinned = can_pin(torch_options.get("pin_memory"))
     if setup.deterministic:
         order_setup = setup.order(plan)
+        setup.warn_idle_readers(num_workers, order_setup)
         device = torch_options.get("pin_memory_device") or None
         if pinned:  # the batch is made, and pinned, in the training process
             torch_options["pin_memory"] = False

@@ -96,21 +96,27 @@ class LoaderSetup:
                                 rank=self.rank, world=self.world, epochs=plan,
                                 where=self.where)
 
-    def warn_idle_readers(self, num_workers: int) -> None:
-        """Warns, once (when the loader is built), when ``num_workers`` reading processes on
-        each rank are more than the shards: each worker reads whole shards (``order="fast"``),
-        so the ones left without a shard sit idle every epoch. Names the option that helps."""
+    def warn_idle_readers(self, num_workers: int, order: OrderSetup | None = None) -> None:
+        """Warns, once (when the loader is built), when the job's reading workers
+        (``num_workers`` on each rank) are more than what they split: each reads whole shards
+        (``order="fast"``), or whole canonical streams (``order``, the deterministic order's
+        setup), so the ones left without any sit idle every epoch. Names the option that
+        helps."""
         readers = max(1, num_workers) * self.world
-        idle = readers - len(self.shards)
+        units, what = ((order.streams, "stream") if order is not None
+                       else (len(self.shards), "shard"))
+        idle = readers - units
         if idle <= 0:
             return
         ranks = f" ({max(1, num_workers)} on each of {self.world} ranks)" if self.world > 1 else ""
-        fix = (f"pass num_workers={len(self.shards) // self.world}, or "
-               if num_workers > 1 and len(self.shards) >= self.world else "")
+        fix = (f"pass num_workers={units // self.world}, or "
+               if num_workers > 1 and units >= self.world else "")
+        more = ("write the dataset in at least {} shards" if order is None else
+                "pass streams={} or more (dividing the batch size)").format(readers)
         warn_in_user_code(
-            f"{self.where}(): {len(self.shards)} shard(s) for {readers} reading worker(s)"
-            f"{ranks}: {idle} worker(s) will have no shard to read and sit idle; each reads "
-            f"whole shards: {fix}write the dataset in at least {readers} shards")
+            f"{self.where}(): {units} {what}(s) for {readers} reading worker(s){ranks}: "
+            f"{idle} worker(s) will have no {what} to read and sit idle; each reads whole "
+            f"{what}s: {fix}{more}")
 
     def resumable(self, *, open_epoch: OpenEpoch, close: Callable[[], None],
                   end_epoch: Callable[[], None] | None = None,
