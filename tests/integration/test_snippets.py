@@ -102,6 +102,12 @@ def test_the_snippet_runs(snippet: Snippet, docs_bucket: Bucket, ais_endpoint: s
             warnings.simplefilter("default")
             exec(compile(code, snippet.id, "exec"), namespace)
     finally:
-        for value in namespace.values():
-            if hasattr(value, "shutdown") and hasattr(value, "load_state_dict"):
+        # Every loader the snippet built, its own or a trainer's (which keeps its workers until
+        # shut down): the next snippet's workers should not share the cores with them.
+        import gc
+
+        from aisio.core.order.loader import OrderedLoader
+
+        for value in gc.get_objects():
+            if isinstance(value, (aisio.ResumableLoader, OrderedLoader)):
                 value.shutdown()
