@@ -3,13 +3,16 @@
 #   make test   - lint, type checks, the docs site, unit and integration tests against a real
 #                 local AIStore, with torchdata 0.9 (.venv), then what depends on torchdata's
 #                 generation again with torchdata 0.11 (.venv-td011)
+# and, to check an install quickly:
+#   make check  - lint, type checks, the unit tests and one smoke test against a real local
+#                 AIStore (tests/integration/test_smoke.py), in .venv
 PY := .venv/bin/python
 PY_TD011 := .venv-td011/bin/python
-# make demo LOADER=dataloader|stateful|nodes runs the demo on another loader (nodes: torchdata 0.11)
-LOADER ?= dataloader2
+# make demo LOADER=dataloader2|stateful|nodes runs the demo on another loader (nodes: torchdata 0.11)
+LOADER ?= dataloader
 DEMO_PY := $(if $(filter nodes,$(LOADER)),$(PY_TD011),$(PY))
 
-.PHONY: demo test lint setup test-td09 test-td011 test-trainers test-long notebook docs mutate
+.PHONY: demo test check lint setup test-td09 test-td011 test-trainers test-long notebook docs mutate
 setup:
 	@scripts/bootstrap.sh
 
@@ -31,6 +34,11 @@ docs: setup
 	@scripts/bootstrap.sh --browser
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 	AISIO_DOCS_SITE=site $(PY) -m pytest tests/docs -q --noconftest
+
+# The quick check of an install: lint, the unit tests and one smoke test against a real local
+# AIStore (make test is the full run).
+check: lint
+	$(PY) -m pytest -q -m "not long" tests/unit tests/integration/test_smoke.py
 
 # make test runs every test once, and the tests that depend on torchdata's generation in both
 # environments: the .venv pass runs all it collects and records the ones it ran; the .venv-td011

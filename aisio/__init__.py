@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from aisio._lazy import lazy_attribute as _lazy_attribute
 from aisio._lazy import register_datapipes_with_torch as _register_datapipes_with_torch
-from aisio.core.epochs.progress import merge_states
 from aisio.core.faults.errors import (
     AISConnectionError,
     AISIOError,
@@ -41,17 +40,18 @@ from aisio.core.faults.errors import (
     WorkerDiedError,
     WorkerTraceback,
 )
-from aisio.core.faults.report import ErrorReport
-from aisio.core.format.decode import Decoder, to_tuple
-from aisio.core.pipeline.loop import ResumableLoader
-from aisio.core.store.cache import ShardCache
-from aisio.core.store.config import AISConfig
-from aisio.core.store.urls import ETL
 
 if TYPE_CHECKING:
     from aisio import localetl as localetl
     from aisio import playground as playground
     from aisio import tools as tools
+    from aisio.core.epochs.progress import merge_states
+    from aisio.core.faults.report import ErrorReport
+    from aisio.core.format.decode import Decoder, to_tuple
+    from aisio.core.pipeline.loop import ResumableLoader
+    from aisio.core.store.cache import ShardCache
+    from aisio.core.store.config import AISConfig
+    from aisio.core.store.urls import ETL
     from aisio.datapipes import (
         AISFileLister,
         AISFileLoader,
@@ -71,10 +71,19 @@ if TYPE_CHECKING:
         webdataset_stateful_loader,
     )
 
-# The front ends import torch (~2 s): imported on first use (``aisio.AISFileLoader``), and the
-# DataPipes registered with torch as soon as torch is imported (see aisio._lazy), so
-# `aisio --help` and the light commands never pay for it.
+# Every name but the errors is imported on first use (``aisio.AISFileLoader``): the front ends
+# import torch, the resumable loop numpy, the shard cache the HTTP client. The DataPipes are
+# registered with torch as soon as torch is imported (see aisio._lazy), so `aisio --help` and
+# the light commands pay only for what they use (tests/unit/test_import_time.py).
 _LAZY = {
+    "merge_states": "aisio.core.epochs.progress",
+    "ErrorReport": "aisio.core.faults.report",
+    "Decoder": "aisio.core.format.decode",
+    "to_tuple": "aisio.core.format.decode",
+    "ResumableLoader": "aisio.core.pipeline.loop",
+    "ShardCache": "aisio.core.store.cache",
+    "AISConfig": "aisio.core.store.config",
+    "ETL": "aisio.core.store.urls",
     **dict.fromkeys(
         ("AISFileLister", "AISFileLoader", "AISSourceLister", "ResampledShards", "ToTuple",
          "WebDatasetParser", "make_loader", "webdataset_loader", "webdataset_pipe"),

@@ -4,7 +4,7 @@
 2. Convert scikit-learn's digits (1,797 8x8 images that ship inside the package) into WebDataset
    shards with ``webdataset.ShardWriter``, uploading each shard as soon as it is written.
 3. Stream the shards back: AISFileLoader -> WebDatasetParser -> decode -> batches, through
-   DataLoader2 with worker processes (or, with ``--loader``, torch's DataLoader,
+   torch's DataLoader with worker processes (or, with ``--loader``, DataLoader2,
    StatefulDataLoader or torchdata.nodes: the same pipeline).
 4. Train a small classifier for a few epochs, printing samples/s and the loss going down.
    With ``--checkpoint``, kill it at any step (``--crash-at``) and run it again: it resumes
@@ -145,7 +145,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bucket", default="ais://aisio-demo", help="bucket to upload to")
     parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--loader", choices=sorted(LOADERS), default="dataloader2",
+    parser.add_argument("--loader", choices=sorted(LOADERS), default="dataloader",
                         help="which PyTorch loader runs the pipeline (default: %(default)s)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--batch-size", type=int, default=64)

@@ -42,6 +42,10 @@ needs_dataloader2 = pytest.mark.skipif(
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # aisio's advice when a loader has more reading workers than shards (or streams), which
+    # many tests do on purpose; tests/unit/loaders/test_idle_workers.py checks it is given.
+    config.addinivalue_line("filterwarnings",
+                            "ignore:.*will have no (shard|stream) to read:UserWarning")
     # Subprocesses (distributed ranks, examples, notebook kernels) must import this checkout's
     # aisio, whatever checkout the shared venv's editable install points at.
     root = str(ROOT)

@@ -286,11 +286,13 @@ def webdataset_loader(
     context = loader_options.get("multiprocessing_context")
     if setup.deterministic:
         order_setup = setup.order(plan)
+        setup.warn_idle_readers(num_workers, order_setup)
         # ranks are the order's plan's, not a reading service's
         served = ServedEpochs(OrderedRounds(order_setup), plan, lambda: WorkersReadingService(
             num_workers=num_workers, multiprocessing_context=context,
             worker_prefetch_cnt=prefetch, main_prefetch_cnt=10) if num_workers else None)
     else:
+        setup.warn_idle_readers(num_workers)
         pipe = epoch_pipe(setup.shards, setup.spec, seed=setup.seed, plan=plan, rank=setup.rank)
         served = ServedEpochs(pipe, plan, lambda: reading_service(
             num_workers, uneven=uneven, worker_prefetch=prefetch,
@@ -371,6 +373,8 @@ def _plain_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: Un
                          "when the shards do)")
     setup = loader_setup("webdataset_loader", shards, pipe_options, seed=seed, uneven=uneven,
                          resampled=resampled)
+    if not resampled:  # resampled: every reader samples from every shard
+        setup.warn_idle_readers(num_workers)
     spec = setup.spec
     # samples: counted before batching
     pipe = shards_pipe(setup.shards, spec, resampled=resampled, batched=False)

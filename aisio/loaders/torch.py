@@ -192,17 +192,19 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
     pinned = can_pin(torch_options.get("pin_memory"))
     if setup.deterministic:
         order_setup = setup.order(plan)
+        setup.warn_idle_readers(num_workers, order_setup)
         device = torch_options.get("pin_memory_device") or None
         if pinned:  # the batch is made, and pinned, in the training process
             torch_options["pin_memory"] = False
             torch_options.pop("pin_memory_device", None)
         dataset: Any = OrderedStreams(order_setup)
         collate_fn: Any = _as_is
-    elif resampled:
+    elif resampled:  # every reader samples from every shard
         dataset = ResampledBatches(setup.shards, setup.spec, seed=setup.seed, plan=plan,
                                    rank=setup.rank, samples_per_epoch=samples_per_epoch)
         collate_fn = _as_is  # batches, pinned by torch itself when asked
     else:
+        setup.warn_idle_readers(num_workers)
         dataset = epoch_pipe(setup.shards, setup.spec, seed=setup.seed, plan=plan,
                              rank=setup.rank)
         collate_fn = _pinnable if pinned else _as_is

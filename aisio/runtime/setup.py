@@ -25,6 +25,7 @@ from typing import Any, Protocol, cast
 from aisio.core.epochs.plan import EpochPlan
 from aisio.core.epochs.progress import shard_list_id
 from aisio.core.faults.errors import ClusterError, ConfigError
+from aisio.core.faults.policy import warn_in_user_code
 from aisio.core.order.loader import (
     OrderedLoader,
     OrderSetup,
@@ -96,6 +97,28 @@ class LoaderSetup:
         return OrderSetup.build(self.shards, self.spec, seed=self.seed, streams=self.streams,
                                 rank=self.rank, world=self.world, epochs=plan,
                                 where=self.where)
+
+    def warn_idle_readers(self, num_workers: int, order: OrderSetup | None = None) -> None:
+        """Warns, once (when the loader is built), when the job's reading workers
+        (``num_workers`` on each rank) are more than what they split: each reads whole shards
+        (``order="fast"``), or whole canonical streams (``order``, the deterministic order's
+        setup), so the ones left without any sit idle every epoch. Names the option that
+        helps."""
+        readers = max(1, num_workers) * self.world
+        units, what = ((order.streams, "stream") if order is not None
+                       else (len(self.shards), "shard"))
+        idle = readers - units
+        if idle <= 0:
+            return
+        ranks = f" ({max(1, num_workers)} on each of {self.world} ranks)" if self.world > 1 else ""
+        fix = (f"pass num_workers={units // self.world}, or "
+               if num_workers > 1 and units >= self.world else "")
+        more = ("write the dataset in at least {} shards" if order is None else
+                "pass streams={} or more (dividing the batch size)").format(readers)
+        warn_in_user_code(
+            f"{self.where}(): {units} {what}(s) for {readers} reading worker(s){ranks}: "
+            f"{idle} worker(s) will have no {what} to read and sit idle; each reads whole "
+            f"{what}s: {fix}{more}")
 
     def resumable(self, *, open_epoch: OpenEpoch, close: Callable[[], None],
                   end_epoch: Callable[[], None] | None = None,

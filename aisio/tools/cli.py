@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NoReturn
 
-from aisio.core.faults.errors import AISIOError
+from aisio.core.faults.errors import AISIOError, skipped_reason
 from aisio.core.store.config import AISConfig
 from aisio.playground import Playground, build_node, default_playground_dir
 from aisio.tools.args import endpoint_config, positive
@@ -54,6 +54,7 @@ def _ls(args: argparse.Namespace) -> int:
             print(name)
         return 0
     listing = Listing(" ".join(args.sources), [])
+    advice: list[str] = []
     with Progress("listing", unit="objects") as bar:
         for source in args.sources:  # several when the shell expanded an unquoted template
             left = None if args.limit is None else args.limit - listing.count
@@ -64,11 +65,13 @@ def _ls(args: argparse.Namespace) -> int:
             listing.entries += part.entries
             listing.missing += part.missing
             listing.truncated |= part.truncated
+            advice += [part.advice] if part.advice else []
     print(json.dumps(listing.to_json(), indent=2) if args.json else repr(listing))
     if listing.missing:
         shown = ", ".join(listing.missing[:10])
         more = f" and {len(listing.missing) - 10} more" if len(listing.missing) > 10 else ""
-        raise _Fail(f"{len(listing.missing)} name(s) of the template do not exist: {shown}{more}")
+        raise _Fail(f"{len(listing.missing)} name(s) of the template do not exist: {shown}{more}"
+                    f"; {'; '.join(advice) or 'fix the range or upload them'}")
     return 0
 
 
@@ -97,7 +100,8 @@ def _open(args: argparse.Namespace) -> ObjectReader:
     """Returns a stream over the object ``args`` names (errors before any byte is written)."""
     from aisio.core.store.client import client_for
     from aisio.core.store.etl import read_url
-    from aisio.core.store.sources import explained, one_object
+    from aisio.core.store.sources import one_object
+    from aisio.core.store.suggest import explained
     from aisio.core.store.urls import to_etl
 
     path = one_object(args.object)
@@ -170,8 +174,17 @@ def _unreadable_rest(views: Samples, shard: str) -> int:
     if views.problem is None:
         return 0
     print(f"aisio: error: only {len(views)} sample(s) of {shard} could be read: "
-          f"{' '.join(str(views.problem).split())}", file=sys.stderr)
+          f"{_said(views.problem)}", file=sys.stderr)
     return 1
+
+
+def _said(error: BaseException | str) -> str:
+    """Returns an error's message as the command says it: on one line, whatever the server
+    put in its answer (an HTML page, say), and with the library's advice turned into what a
+    user of the command can do (no ``on_error='skip'``: the command has no such option)."""
+    text = " ".join(skipped_reason(error).split())
+    text = text.replace("re-upload the shard", "re-upload the shard (`aisio put FILE SHARD`)")
+    return text.replace("or drop etl=", "or drop --etl")
 
 
 def _preview(args: argparse.Namespace) -> int:
@@ -422,8 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except (AISIOError, _Fail) as exc:
         diagnosis = _endpoint_problem(args_list, exc) if isinstance(exc, AISIOError) else None
-        # One line, whatever the server put in its answer (an HTML page, say).
-        print(f"aisio: error: {' '.join(str(diagnosis or exc).split())}", file=sys.stderr)
+        print(f"aisio: error: {_said(diagnosis or exc)}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         # The reader went away (`aisio cat ... | head`): not an error; silence the final flush.

@@ -17,7 +17,8 @@ from typing import Any
 
 from aisio.core.store.client import Client, client_for
 from aisio.core.store.config import AISConfig, resolve_config
-from aisio.core.store.sources import expand, explained, one_object, resolve_one
+from aisio.core.store.sources import expand, one_object, resolve_one
+from aisio.core.store.suggest import explained, nearest_existing
 from aisio.core.store.urls import SCHEMES, Bucket
 from aisio.tools.display import html_table, human_bytes, human_count, iso_time, plural, text_table
 
@@ -47,12 +48,15 @@ class Listing:
         entries: the objects, in listing order.
         missing: names of a template that do not exist.
         truncated: True when ``limit`` stopped the listing early.
+        advice: when names are missing, what to do: the template of names that exist
+            (``did you mean ais://b/s-{0000..0006}.tar ...``), as the loaders say it.
     """
 
     source: str
     entries: list[ObjectEntry]
     missing: list[str] = field(default_factory=list)
     truncated: bool = False
+    advice: str = ""
 
     @property
     def count(self) -> int:
@@ -123,7 +127,7 @@ def ls(
         on_page: called with the number of entries of each page as it arrives (progress).
 
     Raises:
-        BucketNotFoundError: the bucket does not exist.
+        BucketNotFoundError: the bucket does not exist (naming the close ones that do).
         InvalidURLError: ``source`` is not an AIS name.
 
     Example:
@@ -141,7 +145,8 @@ def ls(
     found: dict[str, ObjectEntry] = {}
     entries: list[ObjectEntry] = []
     truncated = False
-    for page in client.list_pages(path.bucket, prefix, props=props):
+    pages = client.list_pages(path.bucket, prefix, props=props)
+    while (page := explained(client, path, lambda: next(pages, None))) is not None:
         if on_page is not None:
             on_page(len(page))
         for raw in page:
@@ -158,11 +163,14 @@ def ls(
         if truncated:
             break
     missing: list[str] = []
+    advice = ""
     if wanted is not None:
         entries = [found[n] for n in wanted if n in found]
         if not truncated:
             missing = [path.bucket.uri(n) for n in wanted if n not in found]
-    return Listing(source, entries, missing, truncated)
+        if missing:
+            advice = nearest_existing(client, path)
+    return Listing(source, entries, missing, truncated, advice)
 
 
 def _entry(bucket: Bucket, raw: dict[str, Any]) -> ObjectEntry:

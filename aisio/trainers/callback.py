@@ -31,7 +31,10 @@ class TrainedBatches:
         for loader in self._loaders:
             loader.trained()
 
-    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        # Not on_train_end: ModelCheckpoint(save_last=True) saves the last checkpoint in its
+        # own on_train_end, which Lightning calls after this callback's (checkpoint callbacks
+        # go last); the loader must still follow the trainer then.
         for loader in self._loaders:  # a later loop, or another Trainer, is not this one
             loader.follow_trainer(False)
 

@@ -181,7 +181,8 @@ def error_classes() -> dict[type, list[type]]:
     tree: dict[type, list[type]] = {}
     for cls in vars(errors).values():
         if isinstance(cls, type) and issubclass(cls, errors.AISIOError):
-            tree[cls] = sorted((c for c in cls.__subclasses__() if c.__module__ == errors.__name__),
+            tree[cls] = sorted((c for c in cls.__subclasses__()
+                                if vars(errors).get(c.__name__) is c),
                                key=lambda c: order.index(c.__name__))
     return tree
 

@@ -1,5 +1,5 @@
-"""`aisio --help` and the light commands do not import torch; DataPipes still find aisio's
-functional forms after a bare `import aisio`."""
+"""`aisio --help` and the light commands do not import torch, nor numpy; neither does
+`import aisio`; DataPipes still find aisio's functional forms after a bare `import aisio`."""
 
 from __future__ import annotations
 
@@ -46,6 +46,16 @@ def test_cli_does_not_import_torch() -> None:
         torch = {m for m in modules if m == "torch" or m.startswith(("torch.", "torchdata"))}
         assert not torch, argv
         assert "matplotlib" not in modules, argv  # about a second; preview draws with Pillow
+        if argv[0] not in ("head", "preview"):  # those two parse a shard: they use numpy
+            assert "numpy" not in modules, argv  # 0.2 s: imported by what uses it, when used
+
+
+def test_import_aisio_imports_neither_numpy_nor_the_http_client() -> None:
+    """`import aisio` loads the errors and nothing heavy; each name's module is imported on
+    first use (numpy through the resumable loop, requests through the shard cache)."""
+    modules = imported_modules("-c", "import aisio; aisio.UsageError; aisio.AISIOError")
+    assert "aisio" in modules
+    assert not {m for m in modules if m.split(".")[0] in ("numpy", "requests", "torch")}
 
 
 def test_the_console_scripts_path_does_not_import_torch() -> None:

@@ -280,6 +280,13 @@ def is_skippable(error: BaseException) -> bool:
     return isinstance(error, (NotFoundError, DataError))
 
 
+# Users catch and read these as ``aisio.UsageError``, ...: tracebacks, reprs and pickles name
+# them there (a pickle is resolved through ``aisio``, which imports this module at once).
+for _cls in [v for v in list(globals().values()) if isinstance(v, type)
+             and issubclass(v, (AISIOError, WorkerTraceback)) and v.__module__ == __name__]:
+    _cls.__module__ = "aisio"
+del _cls
+
 __all__ = [
     "AISConnectionError",
     "AISIOError",

@@ -380,6 +380,7 @@ def to_tuple(sample: Mapping[str, Any], *fields: str, missing_ok: bool = False) 
     Each field may list alternatives separated by ``;`` (``"jpg;png"``): the first present wins.
     A single argument is split on spaces (``"jpg;png cls"``, as in webdataset) or, when it is a
     list, unpacked (``["jpg;png", "cls"]``).
+    ``__key__`` and ``__url__`` are fields like the others: the sample's key and its shard.
 
     Args:
         sample: a (decoded or raw) sample.

@@ -98,9 +98,10 @@ def group_samples_with_end(
     Raises:
         ShardFormatError: a suffix repeats within a sample. Before an error (this one, or one
             from ``members``) every sample known to be whole is yielded (the one in progress
-            is, when the error names a member of another sample); otherwise the error names in
-            ``given_up`` the key of the sample in progress, not yielded: files of it may lie
-            past the fault.
+            is, when the error names a member of another sample), and the error names in
+            ``given_up`` the key of the sample the fault interrupted, not yielded: the one whose
+            file the error names, else the one in progress (files of it may lie past the
+            fault).
     """
     sample: dict[str, Any] | None = None
     end = NO_OFFSET
@@ -124,16 +125,26 @@ def group_samples_with_end(
             sample[suffix] = data
             end = member_end
     except AISIOError as exc:
-        if sample is not None and getattr(exc, "given_up", None) is None:
+        if getattr(exc, "given_up", None) is None:
             at = getattr(exc, "member", None)
             parts = split_key(at) if at else None
-            if parts is not None and parts[0] != sample["__key__"]:
+            if sample is not None and parts is not None and parts[0] != sample["__key__"]:
                 yield sample, end  # the fault is in another sample's file: this one is whole
-            else:  # given up: more of its files may lie past the fault
-                exc.given_up = sample["__key__"]  # type: ignore[attr-defined]
+            given_up = _given_up(sample, parts)
+            if given_up is not None:
+                exc.given_up = given_up  # type: ignore[attr-defined]
         raise
     if sample is not None:
         yield sample, end
+
+
+def _given_up(sample: dict[str, Any] | None, at: tuple[str, str] | None) -> str | None:
+    """Returns the key of the sample a fault interrupts: the one whose file it is in (``at``,
+    the faulting member's key and suffix, when the error names a member), else the one in
+    progress (more of its files may lie past the fault), else None."""
+    if at is not None:
+        return at[0]
+    return None if sample is None else str(sample["__key__"])
 
 
 def group_samples(members: Iterable[MemberLike], *, url: str) -> Iterator[dict[str, Any]]:
@@ -409,15 +420,17 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None
                 raise
             reader.finish()
         except AISIOError as exc:  # as group_samples_with_end: the sample in progress
-            if sample is not None and getattr(exc, "given_up", None) is None:
+            if getattr(exc, "given_up", None) is None:
                 at = getattr(exc, "member", None)
                 parts = split_key(at) if at else None
-                if parts is not None and parts[0] != sample["__key__"]:  # the fault is in another
+                if (sample is not None and parts is not None
+                        and parts[0] != sample["__key__"]):  # the fault is in another sample
                     item = _finished(sample, end, ends, tag, ordinal, last=False)
                     if item is not None:
                         yield item
-                else:  # given up: more of its files may lie past the fault
-                    exc.given_up = sample["__key__"]  # type: ignore[attr-defined]
+                given_up = _given_up(sample, parts)
+                if given_up is not None:
+                    exc.given_up = given_up  # type: ignore[attr-defined]
             raise
         if sample is not None:
             busy += clock() - resumed

@@ -34,7 +34,8 @@ from aisio.core.store.cache import ShardCache
 from aisio.core.store.client import Client, client_for
 from aisio.core.store.config import AISConfig
 from aisio.core.store.etl import read_url
-from aisio.core.store.sources import ObjectRef, explained, objects, resolve_one
+from aisio.core.store.sources import ObjectRef, objects, resolve_one
+from aisio.core.store.suggest import explained
 from aisio.core.store.urls import ETL
 from aisio.core.system.memory import keep_freed_memory
 

@@ -71,7 +71,8 @@ class PipelineOptions:
         "so this helps where cores are idle); 0 decodes inline.")})
     tuple_fields: Sequence[str] | str | None = field(default=None, metadata={"doc": (
         "fields to turn each sample into a tuple, e.g. ``(\"png;jpg\", \"cls\")`` or "
-        "``\"png;jpg cls\"`` (webdataset's spelling).")})
+        "``\"png;jpg cls\"`` (webdataset's spelling); ``__key__`` (and ``__url__``) put each "
+        "sample's key (its shard's name) in the batch, a tuple of strings.")})
     batch_size: int | None = field(default=None, metadata={"doc": (
         "batch in the worker (before samples cross to the main process).")})
     collate: bool = field(default=True, metadata={"doc": (

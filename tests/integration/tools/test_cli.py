@@ -262,6 +262,8 @@ def test_preview_marks_a_corrupt_image_and_head_shows_a_truncated_shards_good_sa
         "s000", "s001", "s002", "s003"], lines
     assert lines[-1].startswith("4 sample(s)")
     assert "only 4 sample(s)" in err and "truncated" in err and "'s004.png'" in err
+    # #41 item 5: what a user of the command can do, not a library argument
+    assert "on_error" not in err and "re-upload the shard (`aisio put FILE SHARD`)" in err, err
 
 
 def test_put_uploads_folders_in_parallel_and_a_rerun_resumes(
@@ -315,3 +317,37 @@ def test_names_that_miss_point_at_what_exists(cli: Run, bucket: Bucket,
     assert "create it" not in err
     code, out, _ = cli("ls", "-l", bucket.uri("notes/"))
     assert code == 0 and re.search(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", out), out
+
+
+def test_a_typo_gets_the_same_suggestion_from_the_command_and_the_library(
+        cli: Run, bucket: Bucket, filled: dict[str, bytes], ais_endpoint: str) -> None:
+    """#41 item 5: one owner for "did you mean" (aisio.core.store.suggest): a bucket typo names
+    the near bucket from `aisio head`, `aisio ls` (bucket, prefix, template) and every library
+    entry; a mis-padded template names the template of names that exist, from `aisio ls` and
+    the loader alike."""
+    import aisio
+
+    typo = bucket.name[:-1] + ("x" if bucket.name[-1] != "x" else "y")
+    near = f"bucket ais://{typo}/ does not exist: did you mean {bucket.uri()}?"
+    names = [f"ais://{typo}/shards/train-0.tar", f"ais://{typo}", f"ais://{typo}/shards/",
+             f"ais://{typo}/shards/train-{{0..2}}.tar"]
+    code, _, err = cli("head", names[0])
+    assert code == 1 and near in err, err
+    for name in names[1:]:
+        code, _, err = cli("ls", name)
+        assert code == 1 and near in err, (name, err)
+    for name in names[1:]:
+        with pytest.raises(aisio.BucketNotFoundError) as info:
+            next(iter(aisio.webdataset_dataloader(name, url=ais_endpoint, batch_size=2)))
+        assert near in str(info.value), name
+        with pytest.raises(aisio.BucketNotFoundError) as info:
+            list(aisio.AISFileLister(name, url=ais_endpoint))
+        assert near in str(info.value), name
+
+    padded = bucket.uri("shards/train-{00..02}.tar")
+    meant = f"did you mean {bucket.uri('shards/train-{0..2}.tar')} (3 object(s) that exist)?"
+    code, _, err = cli("ls", padded)
+    assert code == 1 and meant in err, err
+    with pytest.raises(aisio.ObjectNotFoundError) as info:
+        next(iter(aisio.webdataset_dataloader(padded, url=ais_endpoint, batch_size=2)))
+    assert meant in str(info.value)

@@ -81,8 +81,9 @@ def test_skip_keeps_every_good_sample_and_reports_the_rest(
     assert records["truncated.tar"]["offset"] == 2300
     assert records["truncated.tar"]["member"] == "k1.bin"
     # Each record says how many samples of the shard were yielded, and which one was given up:
-    # a corrupt header names no member, so k0 might have had more files.
-    assert (records["truncated.tar"]["samples"], records["truncated.tar"]["given_up"]) == (1, None)
+    # the truncated shard's k1, whose file the fault is in; a corrupt header names no member,
+    # so k0 might have had more files.
+    assert (records["truncated.tar"]["samples"], records["truncated.tar"]["given_up"]) == (1, "k1")
     corrupt = records["corrupt-header.tar"]
     assert (corrupt["offset"], corrupt["samples"], corrupt["given_up"]) == (1536, 0, "k0")
     assert records["missing.tar"]["samples"] is None
@@ -165,8 +166,8 @@ def test_skip_yields_every_whole_sample_before_the_fault(
         raw = THIRTY[:SAMPLE_12] + b"\xff" * 20 + THIRTY[SAMPLE_12 + 20:]
         expected, given_up = 11, "k11"
     else:  # cut in sample 12's first file's data: that file names sample 12, so 11 is whole
-        raw = THIRTY[:SAMPLE_12 + 900]
-        expected, given_up = 12, None
+        raw = THIRTY[:SAMPLE_12 + 900]  # and 12, interrupted, is given up
+        expected, given_up = 12, "k12"
     ais_client.put_object(AISPath(bucket, "broken.tar"), raw)
     shard = bucket.uri("broken.tar")
     options = {"url": ais_endpoint, "on_error": "skip", "shuffle_buffer": 0}  # shard order

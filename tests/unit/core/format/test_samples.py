@@ -342,8 +342,8 @@ def test_a_cut_in_a_pax_header_names_the_member_and_gives_up_its_sample() -> Non
 @pytest.mark.parametrize("ends", [False, True])
 def test_iter_samples_yields_the_sample_a_fault_in_the_next_one_leaves_whole(ends: bool) -> None:
     """Torn inside the first file of sample b: sample a, whole, is yielded (with its end,
-    with ``ends=True``) before the error, and no sample is given up; torn inside a's second
-    file, a is given up. As group_samples_with_end does."""
+    with ``ends=True``) before the error, and b, whose file the fault is in, is given up; torn
+    inside a's second file, a is given up. As group_samples_with_end does."""
     from aisio.core.format.samples import iter_samples
 
     raw = _tar_bytes([("a.cls", b"1"), ("a.txt", b"x" * 600), ("b.cls", b"2" * 3000)])
@@ -351,7 +351,7 @@ def test_iter_samples_yields_the_sample_a_fault_in_the_next_one_leaves_whole(end
     torn = raw[:a_end + 512 + 1000]  # inside b.cls's data
     got, error = _collect(iter_samples(io.BytesIO(torn), url=URL, ends=ends))
     assert isinstance(error, ShardFormatError) and error.member == "b.cls"
-    assert getattr(error, "given_up", None) is None
+    assert getattr(error, "given_up", None) == "b"  # not yielded: the record must name it
     expected = {"__key__": "a", "__url__": URL, "cls": b"1", "txt": b"x" * 600}
     assert got == ([(expected, a_end)] if ends else [expected])
     got, error = _collect(iter_samples(io.BytesIO(raw[:1024 + 300]), url=URL, ends=ends))

@@ -17,11 +17,11 @@ from aisio.core.store.sources import (
     as_sources,
     check_template,
     count,
-    numbered_series,
     objects,
     one_object,
     resolve,
 )
+from aisio.core.store.suggest import numbered_series
 from aisio.core.store.urls import ETL, AISPath, Bucket
 
 B = Bucket("b")
