@@ -204,7 +204,7 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
         collate_fn = _as_is  # batches, pinned by torch itself when asked
     else:
         dataset = epoch_pipe(setup.shards, setup.spec, seed=setup.seed, plan=plan,
-                             rank=setup.rank)
+                             rank=setup.rank, world=setup.world)
         collate_fn = _pinnable if pinned else _as_is
     current: list[Any] = []
 

@@ -106,6 +106,7 @@ class LoaderSetup:
                                  open_epoch=self.checked.before(open_epoch),
                                  close=close, end_epoch=end_epoch, report=self.spec.report,
                                  timings=self.spec.times, resumable=resumable,
+                                 world=self.world, shuffle_shards=self.spec.shuffle_shards,
                                  sync=None if stops_together else drop_sync(self.uneven))
         return keep_exchange(loader, self.uneven)
 

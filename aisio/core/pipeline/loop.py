@@ -17,6 +17,7 @@ from typing import Any
 
 from aisio.core.epochs.progress import EpochProgress, check_state, merge_states
 from aisio.core.epochs.received import FollowsTrainer, Received
+from aisio.core.epochs.split import epoch_split, owners_of
 from aisio.core.faults.errors import StateMismatchError, WorkerTraceback
 from aisio.core.faults.policy import check_epoch
 from aisio.core.faults.report import ErrorReport
@@ -57,13 +58,19 @@ class ResumableLoader(FollowsTrainer):
         sync: with ``uneven="drop"`` across ranks: ``sync(have_item) -> all ranks have one``.
         resumable: False when the items carry no positions (then ``state_dict`` raises).
         timings: the pipeline's :class:`~aisio.core.system.timing.StageTimes` (``timings=True``).
+        world: the ranks the epoch is dealt to (:mod:`aisio.core.epochs.split`), and
+        shuffle_shards: whether it deals them shuffled, as the readers do: under several ranks
+            the state names the rank of each shard in progress.
     """
 
     def __init__(self, shards: Sequence[ObjectRef], *, seed: int, open_epoch: OpenEpoch,
                  close: Callable[[], None] | None = None, report: ErrorReport | None = None,
                  sync: Callable[[bool], bool] | None = None, resumable: bool = True,
-                 timings: Any = None, end_epoch: Callable[[], None] | None = None) -> None:
+                 timings: Any = None, end_epoch: Callable[[], None] | None = None,
+                 world: int = 1, shuffle_shards: bool = True) -> None:
         self.shards = list(shards)
+        self.world = world
+        self.shuffle_shards = shuffle_shards
         self.seed = seed
         self.epoch = 0
         self.report = report
@@ -100,6 +107,11 @@ class ResumableLoader(FollowsTrainer):
             resume = None
             self._progress = EpochProgress(self.shards, self.seed, epoch)
         progress = self._progress
+        if self.world > 1:  # which rank reads each shard, as the readers deal them
+            progress.owners = owners_of(epoch_split(
+                self.shards, self.seed, epoch, shuffle=self.shuffle_shards, world=self.world,
+                resume=progress if resume is not None else None))
+            progress.world = self.world
         received = self.received
         received.start()
         skipped_before = len(self.report) if self.report is not None else 0
