@@ -44,6 +44,7 @@ from aisio.core.store.sources import (
     shard_list,
     templates_of,
 )
+from aisio.runtime import fetchers as _fetchers  # noqa: F401  (plugs in its check)
 from aisio.runtime.dist import (
     Uneven,
     check_uneven,

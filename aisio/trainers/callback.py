@@ -7,6 +7,7 @@ from typing import Any
 
 from aisio.core.epochs.received import FollowsTrainer
 from aisio.core.faults.errors import UsageError
+from aisio.runtime import fetchers
 
 
 class TrainedBatches:
@@ -19,6 +20,12 @@ class TrainedBatches:
 
     def __init__(self) -> None:
         self._loaders: list[FollowsTrainer] = []
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        fetchers.announce(self)  # (Lightning fetches the first batch before on_train_start)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        fetchers.withdraw(self)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._follow(trainer)

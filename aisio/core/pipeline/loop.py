@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
+from aisio.core.epochs import received as hooks
 from aisio.core.epochs.progress import EpochProgress, check_state, merge_states
 from aisio.core.epochs.received import FollowsTrainer, Received
 from aisio.core.epochs.split import epoch_split, owners_of
@@ -99,6 +100,8 @@ class ResumableLoader(FollowsTrainer):
         self._progress = None
 
     def __iter__(self) -> Iterator[Any]:
+        if hooks.check_iteration is not None:  # a trainer that fetches ahead, unfollowed
+            hooks.check_iteration(self)
         epoch, resume = self.epoch, self._resume
         self._resume = None
         if resume is not None and resume["epoch"] == epoch:

@@ -59,8 +59,7 @@ def test_a_killed_job_resumes_from_the_trainers_checkpoint_exactly_once(
         assert "the same order as the uninterrupted run" in out, out
 
 
-@pytest.mark.long  # the refusal's logic: tests/unit/core/epochs/test_received.py
-def test_lightning_without_the_callback_refuses_its_first_checkpoint(
+def test_lightning_without_the_callback_is_refused_as_it_starts_iterating(
         ais_endpoint: str, bucket: Bucket) -> None:
     out = resume(ais_endpoint, bucket, "--trainer", "lightning", "--no-callback")
     assert "fetcher runs a batch ahead" in out, out
