@@ -50,9 +50,9 @@ from aisio.runtime.dist import (
     check_uneven,
     drop_sync,
     job_ranks,
-    keep_exchange,
     rank_and_world,
     shared_seed,
+    with_exchange,
 )
 
 
@@ -109,7 +109,7 @@ class LoaderSetup:
                                  timings=self.spec.times, resumable=resumable,
                                  world=self.world, shuffle_shards=self.spec.shuffle_shards,
                                  sync=None if stops_together else drop_sync(self.uneven))
-        return keep_exchange(loader, self.uneven)
+        return with_exchange(loader)
 
     def ordered(self, order: OrderSetup, *, open_epoch: OpenEpoch,
                 collate: Callable[[list[Any]], Any] | None, close: Callable[[], None],
@@ -119,7 +119,7 @@ class LoaderSetup:
         loader = OrderedLoader(order, open_epoch=self.checked.before(open_epoch),
                                collate=collate, close=close,
                                end_epoch=end_epoch, sync=drop_sync(self.uneven))
-        return keep_exchange(loader, self.uneven)
+        return with_exchange(loader)
 
 
 def loader_setup(where: str, shards: Any, options: Mapping[str, Any], *, seed: int | None,

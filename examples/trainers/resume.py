@@ -74,7 +74,7 @@ def run(args: argparse.Namespace, shards: str, work: Path, env: dict[str, str]) 
         return [*command(args.trainer, devices), "--shards", shards, "--loader", args.loader,
                 "--order", args.order, "--devices", str(devices), "--every", "4",
                 "--batch-size", str(args.batch_size), "--shuffle-buffer", str(args.shuffle_buffer),
-                "--seed", str(args.seed)]
+                "--seed", str(args.seed), *(["--save-on-main"] if args.save_on_main else [])]
 
     base = base_on(args.devices)
     resumed_on = args.resume_devices or args.devices
@@ -156,6 +156,8 @@ def main() -> int:
     parser.add_argument("--bucket", default="ais://aisio-trainers")
     parser.add_argument("--shards", default=None,
                         help="digits shards uploaded before (their template): no upload")
+    parser.add_argument("--save-on-main", action="store_true",
+                        help="accelerate: save_state() on the main process only")
     parser.add_argument("--no-callback", action="store_true",
                         help="lightning: show the error when aisio's callback is left out")
     args = parser.parse_args()

@@ -14,6 +14,7 @@ exactly the batches trained on, and the ones fetched ahead come again after a re
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +34,9 @@ class Received:
     """
 
     def __init__(self) -> None:
+        #: held while records are applied (and by whoever reads a state beside the loop: the
+        #: thread that answers other ranks, :mod:`aisio.runtime.exchange`)
+        self.lock = threading.RLock()
         self.following = False
         self._pending: deque[tuple[Record, bool]] = deque()
         self._yielded = 0
@@ -46,19 +50,21 @@ class Received:
 
     def start(self) -> None:
         """Starts an epoch's iteration: nothing yielded, nothing trained yet."""
-        self._pending.clear()
-        self._yielded = self._counted = self._trained = 0
+        with self.lock:
+            self._pending.clear()
+            self._yielded = self._counted = self._trained = 0
 
     def add(self, record: Record, *, batch: bool = True) -> None:
         """Takes the record of an item about to be yielded (``batch=False``: of samples that
         were skipped, yielded as nothing)."""
-        self._yielded += batch
-        if not self.following and not self._pending:
-            record()
-            self._counted += batch
-            return
-        self._pending.append((record, batch))
-        self._apply(self._trained if self.following else None)
+        with self.lock:
+            self._yielded += batch
+            if not self.following and not self._pending:
+                record()
+                self._counted += batch
+                return
+            self._pending.append((record, batch))
+            self._apply(self._trained if self.following else None)
 
     def trained(self, batches: int = 1) -> None:
         """Reports that the trainer has trained on ``batches`` more of the epoch's batches.
@@ -71,12 +77,19 @@ class Received:
                 f"the trainer reported {self._trained + batches} batches trained this epoch, but "
                 f"the loader has yielded {self._yielded}: report each batch once, after its "
                 "step, from the loop that iterates this loader")
-        self._trained += batches
-        self._apply(self._trained)
+        with self.lock:
+            self._trained += batches
+            self._apply(self._trained)
 
     def flush(self) -> None:
         """Applies every pending record (the epoch is over, or the loader stops following)."""
-        self._apply(None)
+        with self.lock:
+            self._apply(None)
+
+    @property
+    def counted(self) -> int:
+        """How many of the epoch's batches the records applied cover."""
+        return self._counted
 
     @property
     def ahead(self) -> int:
@@ -139,6 +152,16 @@ class FollowsTrainer:
         """Returns this process's state, never gathered over the ranks (each loader's own)."""
         raise NotImplementedError
 
+    def position(self) -> tuple[int, int]:
+        """Returns ``(epoch, batches)``: the epoch this rank's state is in and how many of its
+        batches it covers (every rank's is the same at a step of the job)."""
+        raise NotImplementedError
+
+    def position_and_state(self) -> tuple[tuple[int, int], dict[str, Any]]:
+        """Returns :meth:`position` and :meth:`local_state_dict`, of one moment (any thread)."""
+        with self.received.lock:
+            return self.position(), self.local_state_dict()
+
     def state_dict(self) -> dict[str, Any]:
         """Returns what the training loop received (or trained on, under a trainer that
         reports it), as a small JSON-able dict: with :attr:`state_scope` ``"job"`` (the
@@ -149,14 +172,13 @@ class FollowsTrainer:
             StateMismatchError: the loader cannot be resumed (``post=``, resampled shards).
             UsageError: not every rank asks at the same step (see :func:`aisio.gather_state`).
         """
-        state = self.local_state_dict()
         if self._scope == "rank" or gather_over_ranks is None:
-            return state
-        return gather_over_ranks(self, state)
+            return self.local_state_dict()
+        return gather_over_ranks(self)
 
 
-gather_over_ranks: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None
-"""``(loader, this rank's state) -> every rank's state merged``: over the ranks of
+gather_over_ranks: Callable[[Any], dict[str, Any]] | None = None
+"""``(loader) -> every rank's state merged, at this rank's position``: over the ranks of
 ``torch.distributed``, plugged in by :mod:`aisio.runtime.dist` (the core imports no torch);
 None, or the state as it is, in one process."""
 

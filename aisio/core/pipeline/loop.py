@@ -95,28 +95,27 @@ class ResumableLoader(FollowsTrainer):
 
     def set_epoch(self, epoch: int) -> None:
         """Makes the next iteration epoch ``epoch`` (from its start)."""
-        self.epoch = epoch
-        self._resume = None
-        self._progress = None
+        with self.received.lock:
+            self.epoch, self._resume, self._progress = epoch, None, None
 
     def __iter__(self) -> Iterator[Any]:
         if hooks.check_iteration is not None:  # a trainer that fetches ahead, unfollowed
             hooks.check_iteration(self)
         epoch, resume = self.epoch, self._resume
-        self._resume = None
         if resume is not None and resume["epoch"] == epoch:
-            self._progress = EpochProgress.from_state(resume, self.shards)
+            progress = EpochProgress.from_state(resume, self.shards)
         else:
             resume = None
-            self._progress = EpochProgress(self.shards, self.seed, epoch)
-        progress = self._progress
+            progress = EpochProgress(self.shards, self.seed, epoch)
         if self.world > 1:  # which rank reads each shard, as the readers deal them
             progress.owners = owners_of(epoch_split(
                 self.shards, self.seed, epoch, shuffle=self.shuffle_shards, world=self.world,
                 resume=progress if resume is not None else None))
             progress.world = self.world
         received = self.received
-        received.start()
+        with received.lock:
+            self._resume, self._progress = None, progress
+            received.start()
         skipped_before = len(self.report) if self.report is not None else 0
         yielded = 0
         if self.timings is not None:
@@ -155,11 +154,11 @@ class ResumableLoader(FollowsTrainer):
         received.flush()  # the epoch is over: a trainer has what it fetched
         if finished and self.on_finish is not None:
             self.on_finish(epoch, progress.state_dict())
-        self.epoch = epoch + 1
+        with received.lock:
+            self.epoch, self._progress = epoch + 1, None
         # Nothing yielded is fine for a resumed epoch that had nothing left; an epoch whose
         # every shard was skipped raises.
         check_epoch(yielded, self.report, skipped_before=skipped_before)
-        self._progress = None
 
     def local_state_dict(self) -> dict[str, Any]:
         """Returns what this process's training loop has received (or trained on, under a
@@ -181,6 +180,13 @@ class ResumableLoader(FollowsTrainer):
             return EpochProgress.from_state(self._resume, self.shards).state_dict()
         return EpochProgress(self.shards, self.seed, self.epoch).state_dict()
 
+    def position(self) -> tuple[int, int]:
+        """Returns ``(epoch, batches)`` of :meth:`local_state_dict` (see
+        :meth:`~aisio.core.epochs.received.FollowsTrainer.position`)."""
+        if self._progress is not None:
+            return self._progress.epoch, self.received.counted
+        return self.epoch, 0
+
     def load_state_dict(self, state: dict[str, Any] | Sequence[dict[str, Any]]) -> None:
         """Makes the next iteration continue the saved epoch: every sample not yet received,
         once, split across this loader's workers and ranks (whatever their number was).
@@ -194,9 +200,8 @@ class ResumableLoader(FollowsTrainer):
         if not isinstance(state, dict):
             state = merge_states(list(state))
         check_state(state, self.shards)
-        self.epoch = int(state["epoch"])
-        self._resume = state
-        self._progress = None
+        with self.received.lock:
+            self.epoch, self._resume, self._progress = int(state["epoch"]), state, None
 
     def close(self) -> None:
         """Stops the loader's worker processes (the next epoch starts them again)."""

@@ -92,8 +92,8 @@ def test_the_state_covers_the_job_unless_set_to_the_rank_whoever_asks(
     decided it, and a wrapped loader silently saved one rank's)."""
     gathered: list[dict[str, Any]] = []
 
-    def gather(loader: Any, state: dict[str, Any]) -> dict[str, Any]:
-        gathered.append(state)
+    def gather(loader: Any) -> dict[str, Any]:
+        gathered.append(loader.local_state_dict())
         return {"rank": "all"}
 
     monkeypatch.setattr(received_module, "gather_over_ranks", gather)
