@@ -4,7 +4,6 @@ stopping together, the ranks' states merged."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -13,6 +12,7 @@ import torch.distributed as dist
 
 from aisio.core.epochs import received
 from aisio.core.epochs.progress import merge_states, shard_list_id
+from aisio.core.faults.policy import warn_in_user_code
 from aisio.core.order.streams import merge_order_states
 from aisio.runtime.exchange import Position, StateExchange
 
@@ -47,20 +47,43 @@ def shared_seed(seed: int | None) -> int:
     return value
 
 
-def drop_sync(uneven: str) -> Callable[[bool], bool] | None:
+def drop_sync(uneven: str) -> DropSync | None:
     """Returns the per-item check that stops every rank when one runs out (``uneven="drop"``),
     or None where it is not needed (one process, or ``uneven="keep"``)."""
     check_uneven(uneven)
     if uneven == "keep" or not initialized() or dist.get_world_size() < 2:
         return None
-    group = _gloo()
+    return DropSync(_gloo())
 
-    def sync(have_item: bool) -> bool:
+
+class DropSync:
+    """``uneven="drop"`` across ranks: ``sync(have_item)`` is whether every rank has an item
+    (a collective, each item), and :meth:`dropped` says what the ranks dropped when not."""
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+        self.rank, self.world = rank_and_world()
+
+    def __call__(self, have_item: bool) -> bool:
         flag = torch.tensor([1 if have_item else 0], dtype=torch.int32)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
         return bool(flag.item())
 
-    return sync
+    def dropped(self, epoch: int, left: int) -> list[int]:
+        """Returns the samples each rank held past the stop (``left``: this rank's), by rank,
+        a collective when the ranks stop together; rank 0 warns once when any were dropped."""
+        mine = torch.tensor([left], dtype=torch.int64)
+        every = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
+        dist.all_gather(every, mine, group=self.group)
+        counts = [int(count.item()) for count in every]
+        if self.rank == 0 and any(counts):
+            warn_in_user_code(
+                f"uneven=\"drop\": epoch {epoch} ended when the first of the {self.world} ranks "
+                f"ran out of its share, and the ranks dropped {counts} samples (by rank; "
+                f"{sum(counts)} in all) that they held beyond it; uneven=\"keep\" trains on "
+                "every sample (the ranks then stop apart: wrap DDP in "
+                "torch.distributed.algorithms.Join)")
+        return counts
 
 
 class JobRanks:

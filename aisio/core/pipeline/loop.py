@@ -11,6 +11,7 @@ yields the value: ``state_dict()`` then describes exactly what the training loop
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any
@@ -133,6 +134,7 @@ class ResumableLoader(FollowsTrainer):
                     item = next(items, _END)
                     give_warnings(item)
                 if self._sync is not None and not self._sync(item is not _END):
+                    _count_dropped(self._sync, epoch, item, items)
                     break  # uneven="drop": a rank ran out, every rank stops here
                 if item is _END:
                     finished = True
@@ -219,6 +221,24 @@ class ResumableLoader(FollowsTrainer):
 
 
 _END = object()
+
+
+def _count_dropped(sync: Any, epoch: int, item: Any, items: Iterator[Any]) -> None:
+    """Reads what this rank holds past a stop of ``uneven="drop"`` (the item it had and the
+    rest of its share) and tells the ranks' sync how many samples that is (every rank calls
+    it at the same stop: a collective, whatever the reading raised)."""
+    dropped = getattr(sync, "dropped", None)
+    if dropped is None:
+        return
+    left = 0
+    if item is not _END:
+        try:
+            for held in itertools.chain([item], items):
+                if isinstance(held, Delivery) and not held.empty:
+                    left += len(held.positions)
+        except Exception:
+            pass
+    dropped(epoch, left)
 
 
 def _nothing() -> None:
