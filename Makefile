@@ -56,13 +56,14 @@ test-td011: setup
 test: lint docs test-td09
 	$(PY_TD011) -m pytest --durations=30 --ignore=tests/docs -m "not long" --once-ran-in=$(RAN)
 
-# Everything marked long (the trainer matrix, the benchmark suite's smoke run, the node with ETL
-# support, the exit-traceback checks), by hand (the trainer matrix alone takes about 7 minutes).
+# Everything marked long (the trainer matrix and its random property run, the benchmark suite's
+# smoke run, the node with ETL support, the exit-traceback checks), by hand.
 test-long: setup
 	$(PY) -m pytest -m long --durations=20
 
 # The long profile, by hand: each trainer (Lightning, Fabric, accelerate, torchrun) killed and
-# resumed on 1 and 2 processes, both orders (about 6 minutes; make test runs a bounded part).
+# resumed on 1 and 2 processes, both orders, and the random property run (AISIO_TRAINER_TRIALS,
+# default 8; AISIO_TRAINER_SEED replays a draw); make test runs one case per trainer.
 test-trainers: setup
 	$(PY) -m pytest tests/integration/trainers --durations=20
 

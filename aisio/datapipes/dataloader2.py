@@ -293,7 +293,8 @@ def webdataset_loader(
             worker_prefetch_cnt=prefetch, main_prefetch_cnt=10) if num_workers else None)
     else:
         setup.warn_idle_readers(num_workers)
-        pipe = epoch_pipe(setup.shards, setup.spec, seed=setup.seed, plan=plan, rank=setup.rank)
+        pipe = epoch_pipe(setup.shards, setup.spec, seed=setup.seed, plan=plan, rank=setup.rank,
+                          world=setup.world)
         served = ServedEpochs(pipe, plan, lambda: reading_service(
             num_workers, uneven=uneven, worker_prefetch=prefetch,
             multiprocessing_context=context))

@@ -20,12 +20,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from aisio.core.epochs.plan import EpochPlan
-from aisio.core.epochs.progress import ShardTask, epoch_seed, epoch_tasks, shuffle_buffer
+from aisio.core.epochs.progress import ShardTask, epoch_seed, shuffle_buffer
 from aisio.core.epochs.resample import (
     RESAMPLED,
     reader_share,
     resampled_tasks,
 )
+from aisio.core.epochs.split import epoch_split
 from aisio.core.faults.policy import SKIPPED, is_kept
 from aisio.core.format.collate import BatchCollate, sample_name
 from aisio.core.format.decode import to_tuple
@@ -226,10 +227,11 @@ def samples_pipe(source: IterDataPipe, spec: PipelineSpec, *, shuffle: bool = Tr
 
 
 class ShardTasks(IterDataPipe):
-    """Yields an epoch's :class:`~aisio.core.epochs.progress.ShardTask` s, the same list in every
-    process
-    (so that ``sharding_filter`` hands each to exactly one reader): every shard in the order of
-    ``(seed, epoch)``, or, when the epoch resumes a saved state, what that state left.
+    """Yields this rank's :class:`~aisio.core.epochs.progress.ShardTask` s of an epoch (its deal
+    of :func:`~aisio.core.epochs.split.epoch_split`, the same in every process of the rank),
+    which :class:`WorkerShare` hands to its workers in turn: every shard in the order of
+    ``(seed, epoch)``, or, when the epoch resumes a saved state, what that state left, each
+    shard in progress back to the rank that had it.
 
     The epoch and the state come from ``plan``, read when the epoch starts (in the worker
     process that reads it, which lives across epochs); the loader publishes them before each
@@ -237,19 +239,47 @@ class ShardTasks(IterDataPipe):
     """
 
     def __init__(self, shards: Sequence[ObjectRef], *, seed: int, shuffle: bool,
-                 plan: EpochPlan | None = None) -> None:
+                 plan: EpochPlan | None = None, rank: int = 0, world: int = 1) -> None:
         self.shards = list(shards)
         self.seed = seed
         self.shuffled = shuffle
         self.plan = plan if plan is not None else EpochPlan()
+        self.rank, self.world = rank, world
 
     def __iter__(self) -> Iterator[ShardTask]:
         epoch, resume = self.plan.read()
-        yield from epoch_tasks(self.shards, self.seed, epoch, shuffle=self.shuffled,
-                               resume=resume)
+        yield from epoch_split(self.shards, self.seed, epoch, shuffle=self.shuffled,
+                               world=self.world, resume=resume)[self.rank]
 
     def __len__(self) -> int:
         return len(self.shards)
+
+
+class WorkerShare(IterDataPipe):
+    """Yields every ``N``-th of a rank's tasks, for worker ``w`` of its ``N``: the rank's share
+    is dealt by :class:`ShardTasks`, so of the sharding a loader applies only the workers'
+    part counts (torch's DataLoader gives ``(N * R, w * R + rank)``, DataLoader2 a
+    multiprocessing group ``(N, w)`` beside a distributed one)."""
+
+    def __init__(self, source: IterDataPipe, world: int) -> None:
+        self.source = source
+        self.world = world
+        self.worker, self.workers = 0, 1
+
+    def apply_sharding(self, num_of_instances: int, instance_id: int,
+                       sharding_group: Any = None) -> None:
+        from torch.utils.data.datapipes.iter.sharding import SHARDING_PRIORITIES
+
+        if sharding_group in (None, SHARDING_PRIORITIES.DEFAULT):
+            if num_of_instances % self.world:
+                raise ValueError(f"{num_of_instances} readers cannot be {self.world} ranks' "
+                                 "workers: build the loader after torch.distributed")
+            self.worker, self.workers = instance_id // self.world, num_of_instances // self.world
+        elif sharding_group == SHARDING_PRIORITIES.MULTIPROCESSING:
+            self.worker, self.workers = instance_id, num_of_instances
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.islice(self.source, self.worker, None, self.workers)
 
 
 class EpochShuffle(Unhooked, IterDataPipe):
@@ -391,17 +421,19 @@ class ResampledBatches(IterDataPipe):
 
 
 def epoch_pipe(shards: Sequence[ObjectRef], spec: PipelineSpec, *, seed: int,
-               plan: EpochPlan | None = None, rank: int = 0) -> IterDataPipe:
-    """Returns the resumable pipeline: :class:`ShardTasks` -> sharding_filter -> load -> parse
+               plan: EpochPlan | None = None, rank: int = 0, world: int = 1) -> IterDataPipe:
+    """Returns the resumable pipeline: :class:`ShardTasks` -> :class:`WorkerShare` -> load -> parse
     -> shuffle samples (:class:`EpochShuffle`) -> decode -> :class:`DeliveryPipe`. Its items are
     deliveries that a loader unpacks in the training process (see :mod:`aisio.core.pipeline.loop`);
     the
     loader publishes each epoch (and the state it resumes) in ``plan`` before its ``iter()``.
-    ``rank`` (this process's) makes each rank's sample shuffle its own."""
+    ``rank`` of ``world`` (this process's) picks the rank's shards and makes its sample
+    shuffle its own."""
     plan = plan if plan is not None else EpochPlan()
-    tasks = ShardTasks(shards, seed=seed, shuffle=spec.shuffle_shards, plan=plan)
+    tasks = ShardTasks(shards, seed=seed, shuffle=spec.shuffle_shards, plan=plan, rank=rank,
+                       world=world)
     stage = Positioned(spec.stage())
-    samples = samples_pipe(tasks.sharding_filter(), spec, shuffle=False, runs=spec.runs())
+    samples = samples_pipe(WorkerShare(tasks, world), spec, shuffle=False, runs=spec.runs())
     if spec.shuffle_buffer:
         samples = EpochShuffle(samples, spec.shuffle_buffer, plan=plan, seed=seed, rank=rank)
     if spec.decode_threads:

@@ -206,7 +206,7 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
     else:
         setup.warn_idle_readers(num_workers)
         dataset = epoch_pipe(setup.shards, setup.spec, seed=setup.seed, plan=plan,
-                             rank=setup.rank)
+                             rank=setup.rank, world=setup.world)
         collate_fn = _pinnable if pinned else _as_is
     current: list[Any] = []
 

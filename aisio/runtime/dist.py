@@ -3,11 +3,7 @@ stopping together, the ranks' states merged."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import random
-import time
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -16,8 +12,9 @@ import torch.distributed as dist
 
 from aisio.core.epochs import received
 from aisio.core.epochs.progress import merge_states, shard_list_id
-from aisio.core.faults.errors import ClusterError
+from aisio.core.faults.policy import warn_in_user_code
 from aisio.core.order.streams import merge_order_states
+from aisio.runtime.exchange import Position, StateExchange
 
 Uneven = Literal["drop", "keep"]
 """What a loader does when its ranks get unequal shares: every rank stops when the first runs out
@@ -50,20 +47,43 @@ def shared_seed(seed: int | None) -> int:
     return value
 
 
-def drop_sync(uneven: str) -> Callable[[bool], bool] | None:
+def drop_sync(uneven: str) -> DropSync | None:
     """Returns the per-item check that stops every rank when one runs out (``uneven="drop"``),
     or None where it is not needed (one process, or ``uneven="keep"``)."""
     check_uneven(uneven)
     if uneven == "keep" or not initialized() or dist.get_world_size() < 2:
         return None
-    group = _gloo()
+    return DropSync(_gloo())
 
-    def sync(have_item: bool) -> bool:
+
+class DropSync:
+    """``uneven="drop"`` across ranks: ``sync(have_item)`` is whether every rank has an item
+    (a collective, each item), and :meth:`dropped` says what the ranks dropped when not."""
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+        self.rank, self.world = rank_and_world()
+
+    def __call__(self, have_item: bool) -> bool:
         flag = torch.tensor([1 if have_item else 0], dtype=torch.int32)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
         return bool(flag.item())
 
-    return sync
+    def dropped(self, epoch: int, left: int) -> list[int]:
+        """Returns the samples each rank held past the stop (``left``: this rank's), by rank,
+        a collective when the ranks stop together; rank 0 warns once when any were dropped."""
+        mine = torch.tensor([left], dtype=torch.int64)
+        every = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
+        dist.all_gather(every, mine, group=self.group)
+        counts = [int(count.item()) for count in every]
+        if self.rank == 0 and any(counts):
+            warn_in_user_code(
+                f"uneven=\"drop\": epoch {epoch} ended when the first of the {self.world} ranks "
+                f"ran out of its share, and the ranks dropped {counts} samples (by rank; "
+                f"{sum(counts)} in all) that they held beyond it; uneven=\"keep\" trains on "
+                "every sample (the ranks then stop apart: wrap DDP in "
+                "torch.distributed.algorithms.Join)")
+        return counts
 
 
 class JobRanks:
@@ -94,25 +114,35 @@ def job_ranks() -> JobRanks | None:
 
 
 def gather_state(loader: Any) -> dict[str, Any]:
-    """Returns the state of every rank's loader merged into one (a collective: every rank
-    calls it at the same step). Save it from rank 0; load it on any number of ranks.
-
-    With ``uneven="keep"`` a rank that has received all of its share of the epoch (and left
-    its loop) need not call it: its final state of the epoch stands in for it.
+    """Returns the state of every rank's loader merged into one, at this rank's step. Save it
+    from rank 0; load it on any number of ranks. Under several ranks every rank calls it at
+    the same step (or the loader's ``state_dict()``, the same); a rank that went past that step
+    without asking is a :class:`~aisio.UsageError`, at once, and one that waits at a barrier
+    still answers (:mod:`aisio.runtime.exchange`). With ``uneven="keep"`` a rank that has
+    received all of its share of the epoch (and left its loop) need not call it: its final
+    state of the epoch stands in for it.
     """
-    local = getattr(loader, "local_state_dict", None)
-    return merged_over_ranks(loader, local() if local is not None else loader.state_dict())
+    if getattr(loader, "position_and_state", None) is None:  # (not an aisio loader)
+        return merged_over_ranks(loader, None, loader.state_dict())
+    position, state = loader.position_and_state()
+    return merged_over_ranks(loader, position, state)
 
 
-def merged_over_ranks(loader: Any, state: dict[str, Any]) -> dict[str, Any]:
-    """Returns ``state`` (this rank's, of ``loader``) merged with every other rank's at the
-    same step: a collective, or through the loader's :class:`StateExchange` where ranks may
-    have finished apart. In one process: ``state``."""
+def _gather_over_ranks(loader: Any) -> dict[str, Any]:
+    """What ``state_dict()`` returns with ``state_scope="job"`` (see :func:`gather_state`)."""
+    return gather_state(loader)
+
+
+def merged_over_ranks(loader: Any, position: Position | None,
+                      state: dict[str, Any]) -> dict[str, Any]:
+    """Returns ``state`` (this rank's, of ``loader``, at ``position``) merged with every other
+    rank's at the same position: through the loader's :class:`StateExchange`, or a collective
+    where there is none. In one process: ``state``."""
     if not initialized() or dist.get_world_size() < 2:
         return state
     exchange = getattr(loader, "exchange", None)
-    if isinstance(exchange, StateExchange):
-        return _merge(exchange.gather(loader.epoch, state))
+    if isinstance(exchange, StateExchange) and position is not None:
+        return _merge(exchange.gather(position, state))
     states: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(states, state, group=_gloo())
     return _merge(states)
@@ -125,71 +155,23 @@ def _merge(states: list[Any]) -> dict[str, Any]:
     return merge_states(states)
 
 
-class StateExchange:
-    """How :func:`gather_state` collects the ranks' states under ``uneven="keep"``, where a
-    rank may have run out while the others go on: through torch.distributed's key-value store
-    rather than a collective. Each call publishes this rank's state as that epoch's ``n``-th;
-    a rank that finished the epoch publishes its final state once. A call waits, for each
-    rank, for its ``n``-th state of the epoch, or its final one.
-
-    Args:
-        name: the loader's key space, the same on every rank.
-        timeout: seconds a call waits for the other ranks.
-    """
-
-    def __init__(self, name: str, timeout: float = 1800.0) -> None:
-        self.store = dist.PrefixStore(f"aisio/state/{name}/", _default_store())
-        self.rank, self.world = rank_and_world()
-        self.timeout = timeout
-        self.calls: dict[int, int] = {}
-
-    def finished(self, epoch: int, state: dict[str, Any]) -> None:
-        """Publishes this rank's final state of ``epoch`` (it received all of its share)."""
-        self.store.set(f"e{epoch}/final/{self.rank}", json.dumps(state))
-
-    def gather(self, epoch: int, state: dict[str, Any]) -> list[dict[str, Any]]:
-        """Returns every rank's state at this call (its final one if it has finished)."""
-        call = self.calls[epoch] = self.calls.get(epoch, 0) + 1
-        self.store.set(f"e{epoch}/c{call}/{self.rank}", json.dumps(state))
-        deadline = time.monotonic() + self.timeout
-        states = [self._wait(f"e{epoch}/c{call}/{rank}", f"e{epoch}/final/{rank}", deadline)
-                  for rank in range(self.world)]
-        if call > 2:  # every rank has read it: each has passed call - 1
-            with contextlib.suppress(Exception):
-                self.store.delete_key(f"e{epoch}/c{call - 2}/{self.rank}")
-        return states
-
-    def _wait(self, key: str, final: str, deadline: float) -> dict[str, Any]:
-        pause = 0.001
-        while True:
-            for name in (key, final):
-                if self.store.check([name]):
-                    return dict(json.loads(self.store.get(name)))
-            if time.monotonic() > deadline:
-                raise ClusterError(
-                    f"gather_state waited {self.timeout:.0f} s for rank {key.rsplit('/', 1)[1]}, "
-                    "which neither reached this step nor finished the epoch; call gather_state "
-                    "at the same step on every rank (a rank that ran out need not)")
-            time.sleep(pause)
-            pause = min(2 * pause, 0.05)
-
-
 _EXCHANGES: dict[str, int] = {}
 
 
-def keep_exchange(loader: Any, uneven: str) -> Any:
-    """Returns ``loader`` (a :class:`~aisio.ResumableLoader`), with a :class:`StateExchange`
-    when ranks may end apart (``uneven="keep"`` over several ranks), so that
-    :func:`gather_state` works at any step, whether or not a rank has finished."""
-    if uneven != "keep" or not initialized() or dist.get_world_size() < 2:
-        return loader
-    if _default_store() is None:
-        return loader  # (a torch without the store: gather_state stays a plain collective)
+def with_exchange(loader: Any) -> Any:
+    """Returns ``loader`` (a :class:`~aisio.ResumableLoader` or an ordered one) with a
+    :class:`~aisio.runtime.exchange.StateExchange` over several ranks, so that its state at a
+    step is every rank's, whether a rank asks, waits or has finished the epoch."""
+    if not initialized() or dist.get_world_size() < 2 or _default_store() is None:
+        return loader  # (a torch without the store: a plain collective)
     base = f"{shard_list_id(loader.shards)}-{loader.seed}"
     _EXCHANGES[base] = _EXCHANGES.get(base, 0) + 1  # loaders are built in one order everywhere
-    exchange = StateExchange(f"{base}-{_EXCHANGES[base]}")
+    rank, world = rank_and_world()
+    store = dist.PrefixStore(f"aisio/state/{base}-{_EXCHANGES[base]}/", _default_store())
+    exchange = StateExchange(store, rank, world, loader)
     loader.exchange = exchange
     loader.on_finish = exchange.finished
+    exchange.start()  # (a rank that never asks answers the others)
     return loader
 
 
@@ -215,4 +197,4 @@ def _gloo() -> Any:
 
 
 # A trainer that checkpoints on every rank at once gets every rank's progress (core/epochs).
-received.gather_over_ranks = merged_over_ranks
+received.gather_over_ranks = _gather_over_ranks

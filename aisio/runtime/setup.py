@@ -47,14 +47,15 @@ from aisio.core.store.sources import (
     templates_of,
     unpack_refs,
 )
+from aisio.runtime import fetchers as _fetchers  # noqa: F401  (plugs in its check)
 from aisio.runtime.dist import (
     Uneven,
     check_uneven,
     drop_sync,
     job_ranks,
-    keep_exchange,
     rank_and_world,
     shared_seed,
+    with_exchange,
 )
 
 
@@ -131,8 +132,9 @@ class LoaderSetup:
                                  open_epoch=self.checked.before(open_epoch),
                                  close=close, end_epoch=end_epoch, report=self.spec.report,
                                  timings=self.spec.times, resumable=resumable,
+                                 world=self.world, shuffle_shards=self.spec.shuffle_shards,
                                  sync=None if stops_together else drop_sync(self.uneven))
-        return keep_exchange(loader, self.uneven)
+        return with_exchange(loader)
 
     def ordered(self, order: OrderSetup, *, open_epoch: OpenEpoch,
                 collate: Callable[[list[Any]], Any] | None, close: Callable[[], None],
@@ -142,7 +144,7 @@ class LoaderSetup:
         loader = OrderedLoader(order, open_epoch=self.checked.before(open_epoch),
                                collate=collate, close=close,
                                end_epoch=end_epoch, sync=drop_sync(self.uneven))
-        return keep_exchange(loader, self.uneven)
+        return with_exchange(loader)
 
 
 def loader_setup(where: str, shards: Any, options: Mapping[str, Any], *, seed: int | None,

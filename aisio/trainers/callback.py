@@ -7,6 +7,7 @@ from typing import Any
 
 from aisio.core.epochs.received import FollowsTrainer
 from aisio.core.faults.errors import UsageError
+from aisio.runtime import fetchers
 
 
 class TrainedBatches:
@@ -19,6 +20,9 @@ class TrainedBatches:
 
     def __init__(self) -> None:
         self._loaders: list[FollowsTrainer] = []
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        fetchers.announce(self)  # (Lightning fetches the first batch before on_train_start)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._follow(trainer)
@@ -37,6 +41,7 @@ class TrainedBatches:
         # go last); the loader must still follow the trainer then.
         for loader in self._loaders:  # a later loop, or another Trainer, is not this one
             loader.follow_trainer(False)
+        fetchers.withdraw(self)
 
     def _follow(self, trainer: Any) -> None:
         loaders = [loader for loader in _leaves(trainer.train_dataloader)

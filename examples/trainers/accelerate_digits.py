@@ -37,7 +37,11 @@ class Step:
 
 
 def main() -> None:
-    args = arguments(__doc__.splitlines()[0]).parse_args()
+    parser = arguments(__doc__.splitlines()[0])
+    parser.add_argument("--save-on-main", action="store_true",
+                        help="call save_state() under 'if accelerator.is_main_process:' (some "
+                             "scripts do: aisio's state still holds every rank's progress)")
+    args = parser.parse_args()
     accelerator = Accelerator(cpu=True)
     model = classifier()
     model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
@@ -57,7 +61,8 @@ def main() -> None:
         optimizer.step()
         step.value += 1
         if step.value % args.every == 0:
-            accelerator.save_state(directory)
+            if accelerator.is_main_process or not args.save_on_main:
+                accelerator.save_state(directory)
             accelerator.wait_for_everyone()
             if accelerator.is_main_process:
                 with open(os.path.join(args.dir, "checkpoint.json"), "w") as fh:

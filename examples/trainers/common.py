@@ -33,6 +33,8 @@ def arguments(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=8,
                         help="per rank (order=fast) or global (order=deterministic)")
     parser.add_argument("--devices", type=int, default=1)
+    parser.add_argument("--shuffle-buffer", type=int, default=64, help="samples, per reader")
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--every", type=int, default=4, help="checkpoint every N steps")
     parser.add_argument("--dir", required=True, help="checkpoints and key logs")
     parser.add_argument("--resume", action="store_true", help="resume from the last checkpoint")
@@ -45,7 +47,7 @@ def digits_loader(args: argparse.Namespace) -> Any:
     """Returns the aisio loader of the digits shards: (keys, images, labels) batches."""
     options: dict[str, Any] = dict(decode="torchl", tuple_fields=("__key__", "png", "cls"),
                                    batch_size=args.batch_size, num_workers=args.workers,
-                                   shuffle_buffer=64, seed=0)
+                                   shuffle_buffer=args.shuffle_buffer, seed=args.seed)
     if args.order == "deterministic":
         options.update(order="deterministic", streams=4)
     return LOADERS[args.loader](args.shards, **options)

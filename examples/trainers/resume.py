@@ -32,7 +32,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # train_digits.py: the digits shards
 
-PER_SHARD = 40
 
 
 def free_port() -> int:
@@ -73,7 +72,9 @@ def keys(directory: Path, below: int | None = None) -> list[tuple[int, str]]:
 def run(args: argparse.Namespace, shards: str, work: Path, env: dict[str, str]) -> bool:
     def base_on(devices: int) -> list[str]:
         return [*command(args.trainer, devices), "--shards", shards, "--loader", args.loader,
-                "--order", args.order, "--devices", str(devices), "--every", "4"]
+                "--order", args.order, "--devices", str(devices), "--every", "4",
+                "--batch-size", str(args.batch_size), "--shuffle-buffer", str(args.shuffle_buffer),
+                "--seed", str(args.seed), *(["--save-on-main"] if args.save_on_main else [])]
 
     base = base_on(args.devices)
     resumed_on = args.resume_devices or args.devices
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace, shards: str, work: Path, env: dict[str, str]) 
         refusal = [line for line in done.stderr.splitlines() if "UsageError" in line]
         print(refusal[-1] if refusal else done.stderr[-2000:])
         return done.returncode != 0 and bool(refusal)
-    crash = 9 if args.devices == 1 else 6
+    crash = args.crash_at if args.crash_at is not None else 9 if args.devices == 1 else 6
     print(f"run 1: {args.devices} process(es), {args.workers[0]} workers, killed at step {crash}")
     done = subprocess.run([*base, "--workers", str(args.workers[0]), "--dir", str(first),
                            "--crash-at", str(crash)], env=env, start_new_session=True)
@@ -144,7 +145,19 @@ def main() -> int:
     parser.add_argument("--loader", default="dataloader")
     parser.add_argument("--workers", type=int, nargs=2, default=[2, 1])
     parser.add_argument("--samples", type=int, default=320, help="digits to use (of 1797)")
+    parser.add_argument("--per-shard", type=int, default=40, help="samples a shard")
+    parser.add_argument("--batch-size", type=int, default=8,
+                        help="per rank (order=fast) or global (order=deterministic)")
+    parser.add_argument("--shuffle-buffer", type=int, default=64, help="samples, per reader")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--crash-at", type=int, default=None,
+                        help="SIGKILL the first run at this global step (default 9, or 6 on 2 "
+                             "processes; a checkpoint every 4)")
     parser.add_argument("--bucket", default="ais://aisio-trainers")
+    parser.add_argument("--shards", default=None,
+                        help="digits shards uploaded before (their template): no upload")
+    parser.add_argument("--save-on-main", action="store_true",
+                        help="accelerate: save_state() on the main process only")
     parser.add_argument("--no-callback", action="store_true",
                         help="lightning: show the error when aisio's callback is left out")
     args = parser.parse_args()
@@ -153,7 +166,8 @@ def main() -> int:
     with cluster() as endpoint, tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "AIS_ENDPOINT": endpoint, "PYTHONPATH": os.pathsep.join(
             [str(HERE), os.environ.get("PYTHONPATH", "")])}
-        shards = write_shards(args.bucket, Path(tmp), PER_SHARD, endpoint, limit=args.samples)
+        shards = args.shards or write_shards(args.bucket, Path(tmp), args.per_shard, endpoint,
+                                             limit=args.samples)
         return 0 if run(args, shards, Path(tmp), env) else 1
 
 

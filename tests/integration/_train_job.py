@@ -146,7 +146,7 @@ def main() -> None:
                                      {"state": state, "step": step, "epoch": epoch})
                 elif (args.every and step % args.every == 0 and step <= args.ckpt_until
                         and len(batches) >= args.ckpt_from_epoch):
-                    own = loader.state_dict()
+                    own = loader.local_state_dict()
                     state = aisio.gather_state(loader)
                     counts: list[Any] = [written]
                     ranks: list[Any] = [own]

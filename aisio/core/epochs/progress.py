@@ -223,6 +223,11 @@ class EpochProgress:
         self.delivered = 0
         self.base: list[Any] | None = None  # [id, delivered] of the state this resumed from
         self.versions: dict[int, str] = {}  # shard -> content id, as its reader saw it
+        #: the ranks the epoch is dealt to, and which rank reads each shard not done (see
+        #: :mod:`aisio.core.epochs.split`): a state names the owners of its shards in progress,
+        #: so that a resume on as many ranks gives each back to the rank that had it
+        self.world = 1
+        self.owners: dict[int, int] = {}
 
     def record(self, positions: Iterable[Position] | Positions,
                versions: dict[int, str] | None = None) -> None:
@@ -296,6 +301,7 @@ class EpochProgress:
         """Returns the epoch's progress as a small JSON-serialisable dict."""
         return {
             **_versions_of(self.versions, self.partial),
+            **_owners_of(self.world, self.owners, self.partial),
             "version": STATE_VERSION,
             "shard_list": self.list_id,
             "shards": self.count,
@@ -324,6 +330,8 @@ class EpochProgress:
             progress.partial[int(key)] = _Partial(int(lo), int(offset),
                                                   {int(o): int(end) for o, end in above}, total)
         progress.versions = {int(k): str(v) for k, v in state.get("versions", {}).items()}
+        progress.world = int(state.get("world", 1))
+        progress.owners = {int(k): int(v) for k, v in state.get("owners", {}).items()}
         return progress
 
     def tasks(self, shards: Sequence[ObjectRef], *, shuffle: bool) -> EpochTasks:
@@ -418,6 +426,9 @@ def check_state(state: Any, shards: Sequence[ObjectRef]) -> None:
         ranges, partial, base = state["done"], state["partial"], state.get("base")
         for key, version in state.get("versions", {}).items():
             int(key), version.encode()  # (a state before versions has none)
+        int(state.get("world", 1))  # (nor one before owners these two)
+        for key, owner in state.get("owners", {}).items():
+            int(key), int(owner)
         for first, last in ranges:
             int(first), int(last)
         if base is not None:
@@ -473,8 +484,10 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     done: set[int] = set()
     partial: dict[int, _Partial] = {}
     versions: dict[int, str] = {}
+    owners: dict[int, int] = {}
     for state in states:
         versions.update((int(k), str(v)) for k, v in state.get("versions", {}).items())
+        owners.update((int(k), int(v)) for k, v in state.get("owners", {}).items())
         mine = set(_unranges(state["done"]))
         theirs = {int(k) for k in state["partial"]}
         # what this state holds that an earlier one held too: a cost of this state's size
@@ -499,6 +512,7 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if base is not None:
         delivered -= (len(states) - 1) * int(base[1])
     return {**{k: first[k] for k in keys}, **_versions_of(versions, partial),
+            **_owners_of(int(first.get("world", 1)), owners, partial),
             "delivered": delivered, "base": base,
             "done": _ranges(sorted(done)),
             "partial": {str(shard): [p.lo, p.offset, sorted(map(list, p.above.items())), p.total]
@@ -510,6 +524,15 @@ def _versions_of(versions: dict[int, str], partial: dict[int, Any]) -> dict[str,
     is known, or nothing (so that a state with none is as before)."""
     known = {str(shard): versions[shard] for shard in sorted(partial) if shard in versions}
     return {"versions": known} if known else {}
+
+
+def _owners_of(world: int, owners: dict[int, int], partial: dict[int, Any]) -> dict[str, Any]:
+    """Returns ``{"world": R, "owners": {shard: rank}}`` for the shards in progress of an epoch
+    dealt to several ranks, or nothing (one rank: the state is as before)."""
+    if world < 2:
+        return {}
+    return {"world": world, "owners": {str(shard): owners[shard] for shard in sorted(partial)
+                                       if shard in owners}}
 
 
 def state_size(state: dict[str, Any]) -> int:

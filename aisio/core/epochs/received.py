@@ -14,10 +14,9 @@ exactly the batches trained on, and the ones fetched ahead come again after a re
 
 from __future__ import annotations
 
-import sys
+import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from aisio.core.faults.errors import UsageError
@@ -35,6 +34,9 @@ class Received:
     """
 
     def __init__(self) -> None:
+        #: held while records are applied (and by whoever reads a state beside the loop: the
+        #: thread that answers other ranks, :mod:`aisio.runtime.exchange`)
+        self.lock = threading.RLock()
         self.following = False
         self._pending: deque[tuple[Record, bool]] = deque()
         self._yielded = 0
@@ -48,19 +50,21 @@ class Received:
 
     def start(self) -> None:
         """Starts an epoch's iteration: nothing yielded, nothing trained yet."""
-        self._pending.clear()
-        self._yielded = self._counted = self._trained = 0
+        with self.lock:
+            self._pending.clear()
+            self._yielded = self._counted = self._trained = 0
 
     def add(self, record: Record, *, batch: bool = True) -> None:
         """Takes the record of an item about to be yielded (``batch=False``: of samples that
         were skipped, yielded as nothing)."""
-        self._yielded += batch
-        if not self.following and not self._pending:
-            record()
-            self._counted += batch
-            return
-        self._pending.append((record, batch))
-        self._apply(self._trained if self.following else None)
+        with self.lock:
+            self._yielded += batch
+            if not self.following and not self._pending:
+                record()
+                self._counted += batch
+                return
+            self._pending.append((record, batch))
+            self._apply(self._trained if self.following else None)
 
     def trained(self, batches: int = 1) -> None:
         """Reports that the trainer has trained on ``batches`` more of the epoch's batches.
@@ -73,12 +77,19 @@ class Received:
                 f"the trainer reported {self._trained + batches} batches trained this epoch, but "
                 f"the loader has yielded {self._yielded}: report each batch once, after its "
                 "step, from the loop that iterates this loader")
-        self._trained += batches
-        self._apply(self._trained)
+        with self.lock:
+            self._trained += batches
+            self._apply(self._trained)
 
     def flush(self) -> None:
         """Applies every pending record (the epoch is over, or the loader stops following)."""
-        self._apply(None)
+        with self.lock:
+            self._apply(None)
+
+    @property
+    def counted(self) -> int:
+        """How many of the epoch's batches the records applied cover."""
+        return self._counted
 
     @property
     def ahead(self) -> int:
@@ -98,11 +109,34 @@ class Received:
             self._counted += batch
 
 
+STATE_SCOPES = ("job", "rank")
+"""What a loader's ``state_dict()`` covers (:attr:`FollowsTrainer.state_scope`)."""
+
+
 class FollowsTrainer:
     """What a loader offers the trainers that checkpoint it (``aisio.trainers``): the state of
-    what the trainer trained on, of every rank where the trainer asks every rank at once."""
+    what the trainer trained on, of every rank of the job."""
 
     received: Received
+    _scope = "job"
+
+    @property
+    def state_scope(self) -> str:
+        """What :meth:`state_dict` covers: ``"job"`` (the default: every rank's progress
+        merged, so the state one rank saves resumes the whole job; under several ranks each
+        rank calls ``state_dict()`` at the same step, as Lightning's, Fabric's and
+        accelerate's checkpoints do) or ``"rank"`` (this process's own, as
+        :meth:`local_state_dict`; merge the ranks' with :func:`aisio.merge_states`).
+        It depends on nothing but this setting: not on who calls, nor how the loader is
+        wrapped."""
+        return self._scope
+
+    @state_scope.setter
+    def state_scope(self, scope: str) -> None:
+        if scope not in STATE_SCOPES:
+            raise UsageError(f"state_scope={scope!r} must be one of {STATE_SCOPES}: \"job\" "
+                             "(every rank's progress) or \"rank\" (this process's)")
+        self._scope = scope
 
     def follow_trainer(self, following: bool = True) -> None:
         """Makes ``state_dict()`` cover the batches the trainer reports with :meth:`trained`,
@@ -118,57 +152,41 @@ class FollowsTrainer:
         """Returns this process's state, never gathered over the ranks (each loader's own)."""
         raise NotImplementedError
 
-    def state_dict(self) -> dict[str, Any]:  # pragma: no mutate block (reads its caller)
-        """Returns what the training loop received, as a small JSON-able dict (see
-        :meth:`local_state_dict`). Asked by a trainer that checkpoints on every rank at once
-        (:data:`TRAINERS`): every rank's progress merged, of the batches it trained on.
+    def position(self) -> tuple[int, int]:
+        """Returns ``(epoch, batches)``: the epoch this rank's state is in and how many of its
+        batches it covers (every rank's is the same at a step of the job)."""
+        raise NotImplementedError
+
+    def position_and_state(self) -> tuple[tuple[int, int], dict[str, Any]]:
+        """Returns :meth:`position` and :meth:`local_state_dict`, of one moment (any thread)."""
+        with self.received.lock:
+            return self.position(), self.local_state_dict()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Returns what the training loop received (or trained on, under a trainer that
+        reports it), as a small JSON-able dict: with :attr:`state_scope` ``"job"`` (the
+        default) every rank's progress merged, at the step every rank calls it; with
+        ``"rank"``, :meth:`local_state_dict`.
 
         Raises:
             StateMismatchError: the loader cannot be resumed (``post=``, resampled shards).
-            UsageError: a trainer that fetches ahead asks, but the loader does not follow it.
+            UsageError: not every rank asks at the same step (see :func:`aisio.gather_state`).
         """
-        state = self.local_state_dict()
-        caller = sys._getframe(1).f_globals.get("__name__", "")
-        trainer = next((t for prefix, t in TRAINERS.items()
-                        if caller == prefix or str(caller).startswith(prefix + ".")), None)
-        if trainer is None:
-            return state
-        if trainer.fix and not self.received.following:
-            raise UsageError(
-                f"{trainer.name} is checkpointing an aisio loader that does not know which "
-                "batches were trained on: its fetcher runs a batch ahead of the training "
-                "step, so this state would lose that batch on resume; add aisio's "
-                f"callback: {trainer.fix}")
-        return gather_over_ranks(self, state) if gather_over_ranks is not None else state
+        if self._scope == "rank" or gather_over_ranks is None:
+            return self.local_state_dict()
+        return gather_over_ranks(self)
 
 
-@dataclass(frozen=True)
-class Trainer:
-    """A trainer that calls a loader's ``state_dict()`` on every rank at once (and keeps rank
-    0's); ``fix``: the line that makes aisio follow it, where it fetches batches ahead."""
-
-    name: str
-    fix: str = ""
-
-
-_LIGHTNING = "Trainer(..., callbacks=[aisio.trainers.lightning.ExactlyOnce()])"
-TRAINERS: dict[str, Trainer] = {
-    "lightning.pytorch": Trainer("Lightning", _LIGHTNING),
-    "pytorch_lightning": Trainer(
-        "Lightning", _LIGHTNING.replace(".lightning.", ".pytorch_lightning.")),
-    "lightning.fabric": Trainer("Fabric"),
-    "lightning_fabric": Trainer("Fabric"),
-    "accelerate": Trainer("accelerate"),
-}
-"""The modules whose code calls a loader's ``state_dict()`` for a trainer's checkpoint (by
-name prefix): Lightning's ``CombinedLoader``, Fabric's strategies, accelerate's
-``save_state``. Each calls it on every rank and saves rank 0's, so the state must hold every
-rank's progress."""
-
-gather_over_ranks: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None
-"""``(loader, this rank's state) -> every rank's state merged``: a collective over the ranks
-of ``torch.distributed``, plugged in by :mod:`aisio.runtime.dist` (the core imports no torch);
+gather_over_ranks: Callable[[Any], dict[str, Any]] | None = None
+"""``(loader) -> every rank's state merged, at this rank's position``: over the ranks of
+``torch.distributed``, plugged in by :mod:`aisio.runtime.dist` (the core imports no torch);
 None, or the state as it is, in one process."""
 
 
-__all__ = ["TRAINERS", "FollowsTrainer", "Received", "Record", "Trainer"]
+check_iteration: Callable[[FollowsTrainer], None] | None = None
+"""Called with a loader as its epoch starts yielding: raises
+:class:`~aisio.core.faults.errors.UsageError` where a trainer that fetches ahead iterates a
+loader that does not follow it (plugged in by :mod:`aisio.runtime.fetchers`); None: no check."""
+
+
+__all__ = ["STATE_SCOPES", "FollowsTrainer", "Received", "Record"]

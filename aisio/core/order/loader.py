@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aisio.core.epochs import received as hooks
 from aisio.core.epochs.plan import EpochPlan
 from aisio.core.epochs.received import FollowsTrainer, Received
 from aisio.core.faults.errors import AISIOError, ConfigError, StateMismatchError, WorkerTraceback
@@ -250,24 +251,27 @@ class OrderedLoader(FollowsTrainer):
 
     def set_epoch(self, epoch: int) -> None:
         """Makes the next iteration epoch ``epoch`` (from its start)."""
-        self.epoch, self._resume, self._reorderer = epoch, None, None
+        with self.received.lock:
+            self.epoch, self._resume, self._reorderer = epoch, None, None
 
     def __iter__(self) -> Iterator[Any]:
+        if hooks.check_iteration is not None:  # a trainer that fetches ahead, unfollowed
+            hooks.check_iteration(self)
         epoch, state = self.epoch, self._resume
-        self._resume = None
         if state is not None and state.get("epoch") != epoch:
             state = None
         setup = self.setup
         reorderer = Reorderer(setup.plan(epoch), setup.rank, setup.world, state=state,
                               window=self._window)
-        self._reorderer = reorderer
+        received = self.received
+        with received.lock:
+            self._resume, self._reorderer = None, reorderer
+            received.start()
         skipped_before = len(self.report) if self.report is not None else 0
         if self.timings is not None:
             self.timings.reset()
         self.current = self._open_epoch(epoch, state)
         rounds = reorderer.rounds(_packs(self.current))
-        received = self.received
-        received.start()
         yielded, finished = 0, False
         try:
             while True:
@@ -293,9 +297,14 @@ class OrderedLoader(FollowsTrainer):
         received.flush()  # the epoch is over: a trainer has what it fetched
         if finished and self.on_finish is not None:
             self.on_finish(epoch, reorderer.state_dict())
-        self.epoch = epoch + 1
-        self._reorderer = None
+        with received.lock:
+            self.epoch, self._reorderer = epoch + 1, None
         check_epoch(yielded, self.report, skipped_before=skipped_before)
+
+    def position(self) -> tuple[int, int]:
+        """Returns ``(epoch, batches)`` of :meth:`local_state_dict` (see
+        :meth:`~aisio.core.epochs.received.FollowsTrainer.position`)."""
+        return (self.epoch, self.received.counted if self._reorderer is not None else 0)
 
     def local_state_dict(self) -> dict[str, Any]:
         """Returns what this rank's training loop received (or trained on, under a trainer
@@ -329,7 +338,8 @@ class OrderedLoader(FollowsTrainer):
                 "this is not an aisio deterministic-order state (it names no epoch); pass what "
                 "the loader's state_dict() returned with order=\"deterministic\"")
         check_order_state(state, self.setup.plan(epoch))
-        self.epoch, self._resume, self._reorderer = epoch, state, None
+        with self.received.lock:
+            self.epoch, self._resume, self._reorderer = epoch, state, None
 
     def close(self) -> None:
         """Stops the loader's worker processes (the next epoch starts them again)."""

@@ -11,12 +11,15 @@ yields the value: ``state_dict()`` then describes exactly what the training loop
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
+from aisio.core.epochs import received as hooks
 from aisio.core.epochs.progress import EpochProgress, check_state, merge_states
 from aisio.core.epochs.received import FollowsTrainer, Received
+from aisio.core.epochs.split import epoch_split, owners_of
 from aisio.core.faults.errors import StateMismatchError, WorkerTraceback
 from aisio.core.faults.policy import check_epoch
 from aisio.core.faults.report import ErrorReport
@@ -57,13 +60,19 @@ class ResumableLoader(FollowsTrainer):
         sync: with ``uneven="drop"`` across ranks: ``sync(have_item) -> all ranks have one``.
         resumable: False when the items carry no positions (then ``state_dict`` raises).
         timings: the pipeline's :class:`~aisio.core.system.timing.StageTimes` (``timings=True``).
+        world: the ranks the epoch is dealt to (:mod:`aisio.core.epochs.split`), and
+        shuffle_shards: whether it deals them shuffled, as the readers do: under several ranks
+            the state names the rank of each shard in progress.
     """
 
     def __init__(self, shards: Sequence[ObjectRef], *, seed: int, open_epoch: OpenEpoch,
                  close: Callable[[], None] | None = None, report: ErrorReport | None = None,
                  sync: Callable[[bool], bool] | None = None, resumable: bool = True,
-                 timings: Any = None, end_epoch: Callable[[], None] | None = None) -> None:
+                 timings: Any = None, end_epoch: Callable[[], None] | None = None,
+                 world: int = 1, shuffle_shards: bool = True) -> None:
         self.shards = list(shards)
+        self.world = world
+        self.shuffle_shards = shuffle_shards
         self.seed = seed
         self.epoch = 0
         self.report = report
@@ -87,21 +96,27 @@ class ResumableLoader(FollowsTrainer):
 
     def set_epoch(self, epoch: int) -> None:
         """Makes the next iteration epoch ``epoch`` (from its start)."""
-        self.epoch = epoch
-        self._resume = None
-        self._progress = None
+        with self.received.lock:
+            self.epoch, self._resume, self._progress = epoch, None, None
 
     def __iter__(self) -> Iterator[Any]:
+        if hooks.check_iteration is not None:  # a trainer that fetches ahead, unfollowed
+            hooks.check_iteration(self)
         epoch, resume = self.epoch, self._resume
-        self._resume = None
         if resume is not None and resume["epoch"] == epoch:
-            self._progress = EpochProgress.from_state(resume, self.shards)
+            progress = EpochProgress.from_state(resume, self.shards)
         else:
             resume = None
-            self._progress = EpochProgress(self.shards, self.seed, epoch)
-        progress = self._progress
+            progress = EpochProgress(self.shards, self.seed, epoch)
+        if self.world > 1:  # which rank reads each shard, as the readers deal them
+            progress.owners = owners_of(epoch_split(
+                self.shards, self.seed, epoch, shuffle=self.shuffle_shards, world=self.world,
+                resume=progress if resume is not None else None))
+            progress.world = self.world
         received = self.received
-        received.start()
+        with received.lock:
+            self._resume, self._progress = None, progress
+            received.start()
         skipped_before = len(self.report) if self.report is not None else 0
         yielded = 0
         if self.timings is not None:
@@ -119,6 +134,7 @@ class ResumableLoader(FollowsTrainer):
                     item = next(items, _END)
                     give_warnings(item)
                 if self._sync is not None and not self._sync(item is not _END):
+                    _count_dropped(self._sync, epoch, item, items)
                     break  # uneven="drop": a rank ran out, every rank stops here
                 if item is _END:
                     finished = True
@@ -140,11 +156,11 @@ class ResumableLoader(FollowsTrainer):
         received.flush()  # the epoch is over: a trainer has what it fetched
         if finished and self.on_finish is not None:
             self.on_finish(epoch, progress.state_dict())
-        self.epoch = epoch + 1
+        with received.lock:
+            self.epoch, self._progress = epoch + 1, None
         # Nothing yielded is fine for a resumed epoch that had nothing left; an epoch whose
         # every shard was skipped raises.
         check_epoch(yielded, self.report, skipped_before=skipped_before)
-        self._progress = None
 
     def local_state_dict(self) -> dict[str, Any]:
         """Returns what this process's training loop has received (or trained on, under a
@@ -166,6 +182,13 @@ class ResumableLoader(FollowsTrainer):
             return EpochProgress.from_state(self._resume, self.shards).state_dict()
         return EpochProgress(self.shards, self.seed, self.epoch).state_dict()
 
+    def position(self) -> tuple[int, int]:
+        """Returns ``(epoch, batches)`` of :meth:`local_state_dict` (see
+        :meth:`~aisio.core.epochs.received.FollowsTrainer.position`)."""
+        if self._progress is not None:
+            return self._progress.epoch, self.received.counted
+        return self.epoch, 0
+
     def load_state_dict(self, state: dict[str, Any] | Sequence[dict[str, Any]]) -> None:
         """Makes the next iteration continue the saved epoch: every sample not yet received,
         once, split across this loader's workers and ranks (whatever their number was).
@@ -179,9 +202,8 @@ class ResumableLoader(FollowsTrainer):
         if not isinstance(state, dict):
             state = merge_states(list(state))
         check_state(state, self.shards)
-        self.epoch = int(state["epoch"])
-        self._resume = state
-        self._progress = None
+        with self.received.lock:
+            self.epoch, self._resume, self._progress = int(state["epoch"]), state, None
 
     def close(self) -> None:
         """Stops the loader's worker processes (the next epoch starts them again)."""
@@ -199,6 +221,24 @@ class ResumableLoader(FollowsTrainer):
 
 
 _END = object()
+
+
+def _count_dropped(sync: Any, epoch: int, item: Any, items: Iterator[Any]) -> None:
+    """Reads what this rank holds past a stop of ``uneven="drop"`` (the item it had and the
+    rest of its share) and tells the ranks' sync how many samples that is (every rank calls
+    it at the same stop: a collective, whatever the reading raised)."""
+    dropped = getattr(sync, "dropped", None)
+    if dropped is None:
+        return
+    left = 0
+    if item is not _END:
+        try:
+            for held in itertools.chain([item], items):
+                if isinstance(held, Delivery) and not held.empty:
+                    left += len(held.positions)
+        except Exception:
+            pass
+    dropped(epoch, left)
 
 
 def _nothing() -> None:

@@ -306,6 +306,16 @@ def test_two_ranks_keep_and_drop(data: Data, tmp_path: Path, kind: str) -> None:
         assert batches[0][epoch] == steps
         for r in range(2):
             assert _batch_log(drop[r], r, epoch) == kept[r][:steps], (epoch, r)
+    # and says so, once an epoch, on rank 0: how many each rank dropped (issue #37; not
+    # DataLoader2, whose reading service stops the ranks itself)
+    if kind == "dl2":
+        return
+    warned = "".join(log.read_text() for log in drop[0].glob("stderr-*.txt"))
+    for epoch in range(2):
+        every = sum(len(_epoch(_keys(keep[r], r), epoch)) for r in range(2))
+        trained = sum(len(_epoch(_keys(drop[r], r), epoch)) for r in range(2))
+        assert f"epoch {epoch} ended when the first of the 2 ranks" in warned, warned[-2000:]
+        assert f"{every - trained} in all" in warned, warned[-2000:]
 
 
 @pytest.mark.slow

@@ -203,3 +203,30 @@ def test_leaving_the_loop_early_ends_the_epoch_and_close_stops_the_workers() -> 
     assert calls == ["end"]
     run.shutdown()
     assert calls == ["end", "close"]
+
+
+class StopAt:
+    """An ``uneven="drop"`` sync that says a rank ran out before item ``at`` of each epoch,
+    and keeps what the loop says it dropped."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.calls, self.told = at, 0, []
+
+    def __call__(self, have_item: bool) -> bool:
+        self.calls += 1
+        return have_item and self.calls <= self.at
+
+    def dropped(self, epoch: int, left: int) -> list[int]:
+        self.told.append((epoch, left))
+        return [left]
+
+
+def test_a_stop_of_uneven_drop_counts_the_samples_this_rank_dropped() -> None:
+    """Issue #37: uneven="drop" dropped a share's surplus silently; the loop now reads what
+    this rank held past the stop and tells the ranks' sync (which warns once, on rank 0)."""
+    sync = StopAt(3)
+    run = ResumableLoader(SHARDS, seed=7, open_epoch=open_epoch(7, batch=2), sync=sync)
+    got = flat(list(run))
+    assert len(got) == 6
+    assert sync.told == [(0, sum(SIZES) - 6)]  # the rest of the epoch
+

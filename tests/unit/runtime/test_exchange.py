@@ -1,0 +1,90 @@
+"""Every rank's state at one step without a collective (aisio.runtime.exchange), over an
+in-process store: a rank that does not ask still answers, at a barrier or behind; one that went
+on past the step is a UsageError at once (issue #37: accelerator.save_state() under
+``if accelerator.is_main_process:`` hung until torch.distributed's timeout)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+
+from aisio.core.faults.errors import UsageError
+from aisio.runtime.exchange import StateExchange
+
+
+class Rank:
+    """A loader's surface the exchange reads: its position and state, moved by the test."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank, self.position, self.lock = rank, (0, 0), threading.Lock()
+
+    def position_and_state(self) -> tuple[tuple[int, int], dict[str, Any]]:
+        with self.lock:
+            return self.position, {"rank": self.rank, "at": list(self.position)}
+
+
+def ranks(world: int, timeout: float = 60.0) -> tuple[list[Rank], list[StateExchange]]:
+    store = dist.HashStore()
+    loaders = [Rank(rank) for rank in range(world)]
+    exchanges = [StateExchange(dist.PrefixStore("t/", store), rank, world, loader,
+                               timeout=timeout) for rank, loader in enumerate(loaders)]
+    for exchange in exchanges:
+        exchange.start()  # (a loader's answering thread starts with the loader's first epoch)
+    return loaders, exchanges
+
+
+def test_a_rank_that_waits_at_the_step_answers_for_itself() -> None:
+    loaders, exchanges = ranks(3)
+    for loader in loaders:
+        loader.position = (1, 7)  # rank 0 saves; 1 and 2 wait at a barrier
+    states = exchanges[0].gather((1, 7), {"rank": 0, "at": [1, 7]})
+    assert states == [{"rank": r, "at": [1, 7]} for r in range(3)]
+
+
+def test_a_rank_behind_answers_when_it_gets_there() -> None:
+    loaders, exchanges = ranks(2)
+    loaders[1].position = (1, 6)
+    timer = threading.Timer(0.3, lambda: setattr(loaders[1], "position", (1, 7)))
+    timer.start()
+    try:
+        states = exchanges[0].gather((1, 7), {"rank": 0, "at": [1, 7]})
+    finally:
+        timer.join()
+    assert states[1] == {"rank": 1, "at": [1, 7]}
+
+
+def test_a_rank_that_went_on_without_asking_is_named_at_once() -> None:
+    loaders, exchanges = ranks(2, timeout=5.0)  # (without the answer: ClusterError after it)
+    loaders[1].position = (1, 8)  # it trained on: its save was under is_main_process
+    with pytest.raises(UsageError, match=r"rank 1 went on to batch 8 of epoch 1 without asking"
+                                         r".*is_main_process") as caught:
+        exchanges[0].gather((1, 7), {"rank": 0, "at": [1, 7]})
+    assert "state_scope" in str(caught.value)
+
+
+def test_a_rank_that_finished_the_epoch_gives_its_final_state() -> None:
+    loaders, exchanges = ranks(2)
+    exchanges[1].finished(1, {"rank": 1, "final": True})
+    loaders[1].position = (2, 0)
+    assert exchanges[0].gather((1, 9), {"rank": 0})[1] == {"rank": 1, "final": True}
+
+
+def test_every_rank_asking_at_once_gets_the_same_states() -> None:
+    loaders, exchanges = ranks(3)
+    for loader in loaders:
+        loader.position = (0, 4)
+    results: list[Any] = [None] * 3
+
+    def ask(rank: int) -> None:
+        results[rank] = exchanges[rank].gather((0, 4), {"rank": rank, "at": [0, 4]})
+
+    threads = [threading.Thread(target=ask, args=(rank,)) for rank in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert results[0] == results[1] == results[2] == [{"rank": r, "at": [0, 4]}
+                                                      for r in range(3)]
