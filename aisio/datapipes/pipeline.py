@@ -26,7 +26,7 @@ from aisio.core.epochs.resample import (
     reader_share,
     resampled_tasks,
 )
-from aisio.core.epochs.split import epoch_split
+from aisio.core.epochs.split import Deal
 from aisio.core.faults.policy import SKIPPED, is_kept
 from aisio.core.format.collate import BatchCollate, sample_name
 from aisio.core.format.decode import to_tuple
@@ -228,7 +228,7 @@ def samples_pipe(source: IterDataPipe, spec: PipelineSpec, *, shuffle: bool = Tr
 
 class ShardTasks(IterDataPipe):
     """Yields this rank's :class:`~aisio.core.epochs.progress.ShardTask` s of an epoch (its deal
-    of :func:`~aisio.core.epochs.split.epoch_split`, the same in every process of the rank),
+    of :class:`~aisio.core.epochs.split.Deal`, the same in every process of the rank),
     which :class:`WorkerShare` hands to its workers in turn: every shard in the order of
     ``(seed, epoch)``, or, when the epoch resumes a saved state, what that state left, each
     shard in progress back to the rank that had it.
@@ -248,8 +248,8 @@ class ShardTasks(IterDataPipe):
 
     def __iter__(self) -> Iterator[ShardTask]:
         epoch, resume = self.plan.read()
-        yield from epoch_split(self.shards, self.seed, epoch, shuffle=self.shuffled,
-                               world=self.world, resume=resume)[self.rank]
+        yield from Deal(self.shards, self.seed, epoch, shuffle=self.shuffled,
+                        world=self.world, resume=resume).tasks(self.rank)
 
     def __len__(self) -> int:
         return len(self.shards)

@@ -25,7 +25,7 @@ from aisio.core.epochs.resample import (
     check_resampled,
     resampled_tasks,
 )
-from aisio.core.epochs.split import epoch_split
+from aisio.core.epochs.split import Deal
 from aisio.core.faults.errors import AISIOError, LoaderUnavailableError
 from aisio.core.faults.policy import SKIPPED, is_kept
 from aisio.core.format.collate import BatchCollate, sample_name
@@ -58,7 +58,7 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
 
     Args:
         tasks: the shards to read (e.g. one rank's share of
-            :func:`aisio.core.epochs.split.epoch_split`).
+            :class:`aisio.core.epochs.split.Deal`).
         spec: the pipeline's options (endpoint, ETL, shuffle buffer, error policy, ...).
         seed: seeds the sample shuffle buffer.
 
@@ -275,8 +275,8 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
             samples.tasks = resampled_tasks(refs, setup.seed, epoch, rank=rank)
             samples.limit = samples_per_epoch
             return _values(loader)
-        samples.tasks = epoch_split(refs, setup.seed, epoch, shuffle=spec.shuffle_shards,
-                                    world=world, resume=resume)[rank]
+        samples.tasks = Deal(refs, setup.seed, epoch, shuffle=spec.shuffle_shards,
+                             world=world, resume=resume).tasks(rank)
         return loader
 
     return setup.resumable(open_epoch=open_epoch, close=lambda: _stop_threads(loader),

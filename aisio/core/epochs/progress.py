@@ -32,7 +32,7 @@ import json
 import operator
 import random
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
@@ -227,7 +227,7 @@ class EpochProgress:
         #: :mod:`aisio.core.epochs.split`): a state names the owners of its shards in progress,
         #: so that a resume on as many ranks gives each back to the rank that had it
         self.world = 1
-        self.owners: dict[int, int] = {}
+        self.owners: Mapping[int, int] = {}
 
     def record(self, positions: Iterable[Position] | Positions,
                versions: dict[int, str] | None = None) -> None:
@@ -526,7 +526,8 @@ def _versions_of(versions: dict[int, str], partial: dict[int, Any]) -> dict[str,
     return {"versions": known} if known else {}
 
 
-def _owners_of(world: int, owners: dict[int, int], partial: dict[int, Any]) -> dict[str, Any]:
+def _owners_of(world: int, owners: Mapping[int, int], partial: dict[int, Any]
+               ) -> dict[str, Any]:
     """Returns ``{"world": R, "owners": {shard: rank}}`` for the shards in progress of an epoch
     dealt to several ranks, or nothing (one rank: the state is as before)."""
     if world < 2:

@@ -19,7 +19,7 @@ from typing import Any
 from aisio.core.epochs import received as hooks
 from aisio.core.epochs.progress import EpochProgress, check_state, merge_states
 from aisio.core.epochs.received import FollowsTrainer, Received
-from aisio.core.epochs.split import epoch_split, owners_of
+from aisio.core.epochs.split import Deal
 from aisio.core.faults.errors import StateMismatchError, WorkerTraceback
 from aisio.core.faults.policy import check_epoch
 from aisio.core.faults.report import ErrorReport
@@ -109,9 +109,9 @@ class ResumableLoader(FollowsTrainer):
             resume = None
             progress = EpochProgress(self.shards, self.seed, epoch)
         if self.world > 1:  # which rank reads each shard, as the readers deal them
-            progress.owners = owners_of(epoch_split(
-                self.shards, self.seed, epoch, shuffle=self.shuffle_shards, world=self.world,
-                resume=progress if resume is not None else None))
+            progress.owners = Deal(self.shards, self.seed, epoch, shuffle=self.shuffle_shards,
+                                   world=self.world,
+                                   resume=progress if resume is not None else None)
             progress.world = self.world
         received = self.received
         with received.lock:

@@ -108,3 +108,26 @@ def test_a_resume_on_other_ranks_reads_the_rest_once(count: int, world: int, wor
     assert sum(left.values()) + done.delivered == count * per_shard
     assert max(left.values(), default=1) == 1
     assert all(0 <= rank < world_after for rank in owners_of(resumed).values())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 60), st.integers(1, 5), st.integers(0, 3), st.booleans(), st.data())
+def test_a_deal_gives_each_rank_its_share_and_each_shard_its_owner(
+        count: int, world: int, seed: int, resume: bool, data: st.DataObject) -> None:
+    """Deal.tasks(rank) is epoch_split's share of that rank, and deal[shard] the rank whose
+    share holds it, made one rank and one shard at a time."""
+    from aisio.core.epochs.progress import EpochProgress
+    from aisio.core.epochs.split import Deal
+
+    shards = refs(count)
+    progress = None
+    if resume:
+        progress = EpochProgress(shards, seed, 0)
+        for index in data.draw(st.sets(st.integers(0, count - 1), max_size=count)):
+            progress.record([(index, 0, 10, data.draw(st.booleans()))])  # done, or in progress
+        progress.world = world
+        progress.owners = {index: data.draw(st.integers(0, world)) for index in progress.partial}
+    shares = epoch_split(shards, seed, 0, shuffle=True, world=world, resume=progress)
+    deal = Deal(shards, seed, 0, shuffle=True, world=world, resume=progress)
+    assert [deal.tasks(rank) for rank in range(world)] == shares
+    assert dict(deal) == owners_of(shares)
