@@ -338,7 +338,9 @@ class PlaygroundBase:
             return
         moved = self._new_node(node.role, node.index, {n.port for n in self.nodes})
         self.log(f"aisio: {node.name}'s {', '.join(busy) or 'config'} is taken; it moves to "
-                 f"port {moved.port} (intra {moved.control_port}, {moved.data_port})")
+                 f"port {moved.port} (intra {moved.control_port}, {moved.data_port})"
+                 + ("; a client of the old URL must take the new one (AIS_ENDPOINT)"
+                    if node.role == "proxy" else ""))
         node.port, node.control_port, node.data_port = (moved.port, moved.control_port,
                                                         moved.data_port)
         self._write_local(node)

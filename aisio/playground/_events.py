@@ -197,7 +197,8 @@ class Playground(PlaygroundBase):
             if mirror < 2 or mirror > self.mountpaths:
                 raise PlaygroundError(
                     f"mirror={mirror} copies need 2 <= copies <= the targets' mountpaths "
-                    f"({self.mountpaths}; Playground(mountpaths=N) for a new playground)")
+                    f"({self.mountpaths}): a new playground with more (`aisio playground up "
+                    "--mountpaths N`, Playground(mountpaths=N))")
             value["mirror"] = {"enabled": True, "copies": mirror}
         if not value:
             raise PlaygroundError("make_redundant needs ec=(data, parity) or mirror=copies")
