@@ -208,7 +208,7 @@ class PlaygroundBase:
 
     def _call(self, url: str, method: str = "GET", body: Any = None,
               timeout: float = 2.0) -> Answer:
-        return call(url, method, body, tls=self.tls, timeout=timeout)
+        return call(url, method, body, tls=self.tls, secret=self.auth_secret, timeout=timeout)
 
     def ready(self) -> bool:
         """True when a live proxy (the primary first) reports the cluster ready
@@ -412,9 +412,9 @@ class PlaygroundBase:
                         self.log(f"    {line}")
 
     def _stop(self, nodes: list[Node], timeout: float) -> None:
-        """SIGTERMs ``nodes`` (targets first, proxies after), SIGKILLs those left after
-        ``timeout`` seconds."""
-        for node in sorted(nodes, key=lambda n: n.role == "proxy"):
+        """SIGTERMs ``nodes`` (targets first, the primary proxy last), SIGKILLs those left
+        after ``timeout`` seconds."""
+        for node in sorted(nodes, key=lambda n: (n.role == "proxy", n.name == self._primary)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(node.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -454,6 +454,7 @@ class PlaygroundBase:
             self.log(f"aisio: stopped {len(alive)} AIStore node(s) at {endpoint}"
                      + ("" if wipe else f" (data kept in {self.root}; `up` starts them again)"))
         if wipe:
+            self.state_file.unlink(missing_ok=True)  # a --dir that is no directory: one line
             shutil.rmtree(self.root, ignore_errors=True)
             self.nodes = []
             self.owner = None

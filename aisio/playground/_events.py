@@ -147,8 +147,11 @@ class Playground(PlaygroundBase):
         """Returns the status of rebalance ``xid`` (default: the latest) as the primary's
         notification listeners know it (``uuid``, ``end_time``, ``aborted``), None if none."""
         query = {"kind": "rebalance", **({"id": xid} if xid else {})}
-        answer = self._call(self._primary_url() + "/v1/cluster?what=status", "GET", query,
-                            timeout=10)
+        try:
+            url = self._primary_url()
+        except PlaygroundError:  # no proxy runs: nobody knows of a rebalance
+            return None
+        answer = self._call(url + "/v1/cluster?what=status", "GET", query, timeout=10)
         status = answer.json() if answer.ok and answer.body.strip() else None
         return status if isinstance(status, dict) else None
 
