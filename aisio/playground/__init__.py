@@ -11,11 +11,10 @@ finds them and ``up`` starts the same cluster again, with its buckets, on the sa
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from aisio.core.store.config import default_playground_dir
+from aisio.core.store.config import AISConfig, default_playground_dir
 from aisio.playground._base import READY_TIMEOUT
 from aisio.playground._build import (
     AISTORE_MODULE,
@@ -31,16 +30,17 @@ from aisio.playground._events import Playground
 
 @contextlib.contextmanager
 def cluster_endpoint() -> Iterator[str]:
-    """Yields ``AIS_ENDPOINT`` if set, else the endpoint of a playground started for the block.
+    """Yields ``AIS_ENDPOINT`` if set, else the running default playground's endpoint, else the
+    endpoint of a playground started for the block.
 
-    The playground (one proxy, one target, in a temporary directory) is stopped and wiped when the
-    block ends; scripts and examples use this to run anywhere.
+    The playground started for the block (one proxy, one target, in a temporary directory) is
+    stopped and wiped when the block ends; scripts and examples use this to run anywhere.
 
     Example:
         >>> with cluster_endpoint() as endpoint:                           # doctest: +SKIP
         ...     print(list(AISFileLister("ais://bucket", url=endpoint)))
     """
-    explicit = os.environ.get("AIS_ENDPOINT")
+    explicit = AISConfig.from_env().endpoint  # AIS_ENDPOINT, else the default playground's
     if explicit:
         yield explicit
         return

@@ -208,7 +208,7 @@ class PlaygroundBase:
 
     def _call(self, url: str, method: str = "GET", body: Any = None,
               timeout: float = 2.0) -> Answer:
-        return call(url, method, body, tls=self.tls, timeout=timeout)
+        return call(url, method, body, tls=self.tls, secret=self.auth_secret, timeout=timeout)
 
     def ready(self) -> bool:
         """True when a live proxy (the primary first) reports the cluster ready
@@ -338,7 +338,9 @@ class PlaygroundBase:
             return
         moved = self._new_node(node.role, node.index, {n.port for n in self.nodes})
         self.log(f"aisio: {node.name}'s {', '.join(busy) or 'config'} is taken; it moves to "
-                 f"port {moved.port} (intra {moved.control_port}, {moved.data_port})")
+                 f"port {moved.port} (intra {moved.control_port}, {moved.data_port})"
+                 + ("; a client of the old URL must take the new one (AIS_ENDPOINT)"
+                    if node.role == "proxy" else ""))
         node.port, node.control_port, node.data_port = (moved.port, moved.control_port,
                                                         moved.data_port)
         self._write_local(node)
@@ -410,9 +412,9 @@ class PlaygroundBase:
                         self.log(f"    {line}")
 
     def _stop(self, nodes: list[Node], timeout: float) -> None:
-        """SIGTERMs ``nodes`` (targets first, proxies after), SIGKILLs those left after
-        ``timeout`` seconds."""
-        for node in sorted(nodes, key=lambda n: n.role == "proxy"):
+        """SIGTERMs ``nodes`` (targets first, the primary proxy last), SIGKILLs those left
+        after ``timeout`` seconds."""
+        for node in sorted(nodes, key=lambda n: (n.role == "proxy", n.name == self._primary)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(node.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -452,6 +454,7 @@ class PlaygroundBase:
             self.log(f"aisio: stopped {len(alive)} AIStore node(s) at {endpoint}"
                      + ("" if wipe else f" (data kept in {self.root}; `up` starts them again)"))
         if wipe:
+            self.state_file.unlink(missing_ok=True)  # a --dir that is no directory: one line
             shutil.rmtree(self.root, ignore_errors=True)
             self.nodes = []
             self.owner = None

@@ -147,8 +147,11 @@ class Playground(PlaygroundBase):
         """Returns the status of rebalance ``xid`` (default: the latest) as the primary's
         notification listeners know it (``uuid``, ``end_time``, ``aborted``), None if none."""
         query = {"kind": "rebalance", **({"id": xid} if xid else {})}
-        answer = self._call(self._primary_url() + "/v1/cluster?what=status", "GET", query,
-                            timeout=10)
+        try:
+            url = self._primary_url()
+        except PlaygroundError:  # no proxy runs: nobody knows of a rebalance
+            return None
+        answer = self._call(url + "/v1/cluster?what=status", "GET", query, timeout=10)
         status = answer.json() if answer.ok and answer.body.strip() else None
         return status if isinstance(status, dict) else None
 
@@ -197,7 +200,8 @@ class Playground(PlaygroundBase):
             if mirror < 2 or mirror > self.mountpaths:
                 raise PlaygroundError(
                     f"mirror={mirror} copies need 2 <= copies <= the targets' mountpaths "
-                    f"({self.mountpaths}; Playground(mountpaths=N) for a new playground)")
+                    f"({self.mountpaths}): a new playground with more (`aisio playground up "
+                    "--mountpaths N`, Playground(mountpaths=N))")
             value["mirror"] = {"enabled": True, "copies": mirror}
         if not value:
             raise PlaygroundError("make_redundant needs ec=(data, parity) or mirror=copies")

@@ -1,7 +1,8 @@
 """A playground of any shape and the cluster's events (issue #38): 2 proxies and 3 targets in a
-directory of the module's; every node joins, a target is added, goes into maintenance and back,
-is decommissioned; an erasure-coded bucket survives a killed target; a new primary is elected
-when the primary dies. The tests run in this order on one cluster, each leaving it whole."""
+directory of the module's; every node joins, a proxy is added; an erasure-coded bucket survives
+a killed target; a target is added, goes into maintenance and back, is decommissioned; a new
+primary is elected when the primary dies; the whole comes back after down and up. The tests
+run in this order on one cluster, each leaving it whole."""
 
 from __future__ import annotations
 
@@ -83,6 +84,13 @@ def test_every_node_joins(pg: Playground) -> None:
         ("proxy0", "proxy", True, True), ("proxy1", "proxy", False, True),
         ("target0", "target", False, True), ("target1", "target", False, True),
         ("target2", "target", False, True)]
+
+
+def test_a_proxy_is_added(pg: Playground) -> None:
+    node = pg.add_proxy(timeout=WAIT)
+    assert node.name == "proxy2" and node.sid in pg.smap()["pmap"]
+    assert pg.endpoints == [pg.node(f"proxy{i}").url for i in range(3)]
+    assert pg.primary().name == "proxy0"  # a proxy that joins is not primary
 
 
 def test_an_erasure_coded_bucket_survives_a_killed_target(pg: Playground,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from aisio.core.faults.errors import ConfigError, PlaygroundError
 from aisio.core.store import config as config_module
 from aisio.core.store.config import AISConfig
+from aisio.core.system.ports import free_port, port_free
 from aisio.playground import Node, Playground, cluster_config, default_playground_dir, local_config
 from aisio.playground import _base as pg_module
 from aisio.playground._config import flag_names, smap_sid
@@ -166,3 +168,29 @@ def test_the_running_default_playground_is_found_when_ais_endpoint_is_unset(
     fake_playground(tmp_path / "default", {})  # stopped (down): its state stays, no endpoint
     with pytest.raises(ConfigError, match="no AIStore endpoint"):
         AISConfig.from_env().require_endpoint()
+
+
+def test_a_node_whose_port_is_taken_moves_and_says_so(tmp_path: Path) -> None:
+    """`up` keeps each node's ports when they are free; a node whose port another process
+    holds moves to free ones, its local config rewritten, and `up` says what it did."""
+    said: list[str] = []
+    pg = Playground(tmp_path, log=said.append)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        free = Node("target", 0, free_port(), control_port=free_port(), data_port=free_port())
+        proxy = Node("proxy", 0, busy, control_port=free_port(), data_port=free_port())
+        pg.nodes = [proxy, free]
+        for node in pg.nodes:
+            pg._write_local(node)
+        before = (free.port, free.control_port, free.data_port)
+        pg._keep_ports(free)
+        pg._keep_ports(proxy)
+    assert (free.port, free.control_port, free.data_port) == before
+    assert proxy.port != busy and port_free(proxy.port)
+    local = json.loads((tmp_path / "proxy0" / "local.json").read_text())
+    assert local["host_net"]["port"] == str(proxy.port)
+    assert said == [f"aisio: proxy0's public port {busy} is taken; it moves to port "
+                    f"{proxy.port} (intra {proxy.control_port}, {proxy.data_port}); a client "
+                    "of the old URL must take the new one (AIS_ENDPOINT)"]
