@@ -215,7 +215,7 @@ def compare(args: argparse.Namespace) -> None:
     """Uploads the shard, runs every arm of every checkout round by round, prints a table."""
     trees = [HERE, *(Path(p).resolve() for p in args.compare)]
     arms = args.arms or list(ARMS)
-    data = shard_bytes(args.samples)
+    data = shard_bytes(args.samples, args.member_bytes)
     with _uploaded(data) as (endpoint, uri), \
             tempfile.NamedTemporaryFile(suffix=".tar") as local:
         local.write(data)
@@ -243,7 +243,8 @@ def compare(args: argparse.Namespace) -> None:
 def _table(trees: list[Path], arms: list[str], rates: Rates, ratios: Rates,
            args: argparse.Namespace) -> None:
     labels = [_label(tree) for tree in trees]
-    print(f"\n{args.samples:,} samples x 2 members (2 KiB + class); medians of {args.rounds} "
+    print(f"\n{args.samples:,} samples x 2 members ({args.member_bytes:,} bytes + class); "
+          f"medians of {args.rounds} "
           f"rounds, each the median of {args.passes} passes in a fresh process; ratios taken "
           "round by round")
     for metric, what in (("rate", "samples/s (wall clock)"),
@@ -268,7 +269,7 @@ def profile(args: argparse.Namespace) -> None:
     top functions by own time."""
     if os.environ.get("PYTHONPATH"):
         _pythonpath_only()
-    data = shard_bytes(args.samples)
+    data = shard_bytes(args.samples, args.member_bytes)
     with _uploaded(data) as (endpoint, uri):
         run = _arm(args.profile, endpoint, uri, data)
         run()
@@ -303,6 +304,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samples", type=int, default=25_000, help="samples in the shard")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (medians reported)")
     parser.add_argument("--passes", type=int, default=3, help="timed passes per child")
+    parser.add_argument("--member-bytes", type=int, default=2048,
+                        help="bytes of each sample's payload member (102400: the 100 KiB arm)")
     parser.add_argument("--compare", nargs="*", default=[], metavar="DIR",
                         help="other aisio checkouts to alternate with this one")
     parser.add_argument("--arms", nargs="*", choices=ARMS, help="arms to run (default: all)")
