@@ -44,10 +44,11 @@ def to_best(values: dict[str, float | None], *, higher: bool = True) -> dict[str
 
 
 def add_ratios(report: dict[str, Any]) -> None:
-    """Sets ``x_best_*`` on every row, ratios within each (workload, workers) group."""
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    """Sets ``x_best_*`` on every row, ratios within each (network, workload, workers)
+    group."""
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for row in report.get("throughput", []):
-        groups.setdefault((row["workload"], row["workers"]), []).append(row)
+        groups.setdefault((_network(row), row["workload"], row["workers"]), []).append(row)
     for rows in groups.values():
         for key, higher in (("epoch1_per_s", True), ("epoch2_per_s", True),
                             ("first_s", False), ("peak_mb", False)):
@@ -61,6 +62,18 @@ def add_ratios(report: dict[str, Any]) -> None:
                          higher=False)
         for r in rows:
             r[f"x_best_{key}"] = ratios[r["system"]]
+
+
+def _network(row: dict[str, Any]) -> str:
+    return str(row.get("network", "loopback"))
+
+
+def _probe_words(probe: dict[str, Any]) -> str:
+    if not probe:
+        return "not probed"
+    from benchmarks.net.shaped import describe_probe
+
+    return describe_probe(probe)
 
 
 def _err(error: Any) -> str:
@@ -96,10 +109,16 @@ def markdown(report: dict[str, Any]) -> str:
         out.append(_row([LABELS[system], v, SETTINGS[system]]))
     data = report.get("data", {})
     titles = {"large": "100 KiB samples", "small": "2 KiB samples", "decode": "JPEG decode"}
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for row in report.get("throughput", []):
-        groups.setdefault((row["workload"], row["workers"]), []).append(row)
-    for (workload, workers), rows in groups.items():
+        groups.setdefault((_network(row), row["workload"], row["workers"]), []).append(row)
+    probes = {n["network"]: n.get("probe", {}) for n in report.get("networks", [])}
+    shown = None
+    for (network, workload, workers), rows in groups.items():
+        if network != shown and (probes or network != "loopback"):
+            shown = network
+            out += ["", f"### Network: {network}", "", f"Measured before the run: "
+                    f"{_probe_words(probes.get(network, {}))} (noisy, machine shared)."]
         out += ["", f"**{titles.get(workload, workload)}, {workers} workers** — "
                 f"{data.get(workload, {}).get('describe', '')}", "",
                 _row(["system", "epoch 1 samples/s", "× best", "epoch 2 samples/s", "× best",
@@ -170,8 +189,11 @@ def plot(report: dict[str, Any], path: Path) -> None:
         return
     add_ratios(report)
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for row in report.get("throughput", []):
-        groups.setdefault((row["workload"], row["workers"]), []).append(row)
+    rows_ = report.get("throughput", [])
+    first = _network(rows_[0]) if rows_ else "loopback"
+    for row in rows_:  # the plot: the first network's rows (the tables have them all)
+        if _network(row) == first:
+            groups.setdefault((row["workload"], row["workers"]), []).append(row)
     if not groups:
         return
     systems = report.get("systems", [])

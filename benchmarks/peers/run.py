@@ -31,6 +31,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.net.shaped import describe_probe, probe_path, shaped
+from benchmarks.net.spec import Network
 from benchmarks.peers.envs import cache_dir, peer_python
 from benchmarks.suite import run as suite_run
 
@@ -47,7 +49,7 @@ PEER_SIZES: dict[str, tuple[int, int]] = {
     "large_shards": (4, 2), "large_per_shard": (500, 60),
     "small_shards": (2, 2), "small_per_shard": (50_000, 3_000),
     "jpegs": (2048, 256), "jpegs_per_shard": (256, 64), "jpeg_px": (256, 128),
-    "repeat": (3, 1), "fresh_repeat": (3, 1),
+    "repeat": (3, 1), "fresh_repeat": (3, 1), "probe_mb": (64, 16),
 }
 WORKERS = (0, 2)
 BATCH = 64
@@ -121,20 +123,24 @@ def get_bytes(endpoint: str) -> int:
 class _Server(suite_run._Server):
     """``python -m benchmarks.peers.side --serve SYSTEM`` in a system's environment."""
 
-    def __init__(self, python: str, system: str) -> None:
+    def __init__(self, python: str, system: str, prefix: list[str]) -> None:
         root = Path(__file__).resolve().parents[2]
         env = {**os.environ, "PYTHONPATH": str(root)}
         self.proc = subprocess.Popen(
-            [python, "-m", "benchmarks.peers.side", "--serve", system], cwd=root, env=env,
+            [*prefix, python, "-m", "benchmarks.peers.side", "--serve", system], cwd=root,
+            env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
 class Runner:
-    """Runs jobs of each system: forked from its server, or in a new interpreter."""
+    """Runs jobs of each system: forked from its server, or in a new interpreter; each
+    started under ``prefix`` (``ip netns exec <name>``: inside a shaped network), if given."""
 
-    def __init__(self, pythons: dict[str, str], timeout: float) -> None:
+    def __init__(self, pythons: dict[str, str], timeout: float,
+                 prefix: list[str] | None = None) -> None:
         self.pythons = pythons
         self.timeout = timeout
+        self.prefix = list(prefix or [])
         self.servers: dict[str, _Server] = {}
 
     def close(self) -> None:
@@ -146,7 +152,7 @@ class Runner:
         system = job["system"]
         server = self.servers.get(system)
         if server is None or server.proc.poll() is not None:
-            server = self.servers[system] = _Server(self.pythons[system], system)
+            server = self.servers[system] = _Server(self.pythons[system], system, self.prefix)
         with tempfile.TemporaryDirectory(prefix="aisio-peer-") as tmp:
             spec, out = Path(tmp, "job.json"), Path(tmp, "result.json")
             progress = Path(tmp, "progress.json")
@@ -183,7 +189,8 @@ class Runner:
             spec.write_text(json.dumps({**job, "progress": str(Path(tmp, "progress.json"))}))
             env = {**os.environ, "PYTHONPATH": str(root)}
             started = time.time()
-            proc = subprocess.Popen([self.pythons[job["system"]], "-m", "benchmarks.peers.side",
+            proc = subprocess.Popen([*self.prefix, self.pythons[job["system"]], "-m",
+                                     "benchmarks.peers.side",
                                      str(spec), str(out)], cwd=root, env=env,
                                     stdout=subprocess.DEVNULL)
             result = suite_run._watch(proc.pid, proc.poll, proc.kill, out, self.timeout)
@@ -260,8 +267,9 @@ class PeersRun:
                 "tars": list(data.names), "prefix": self.prefixes.get((system, workload), ""),
                 "cache": str(cache), **extra}
 
-    def throughput(self) -> list[dict[str, Any]]:
-        """Returns one row per (workload, workers, system): medians over the rounds."""
+    def throughput(self, network: str = "loopback") -> list[dict[str, Any]]:
+        """Returns one row per (workload, workers, system): medians over the rounds, each
+        row naming the ``network`` it was read over."""
         rows: list[dict[str, Any]] = []
         for workload, data in self.data.items():
             for workers in WORKERS:
@@ -278,11 +286,11 @@ class PeersRun:
                                       f"read {result['epoch_samples']} samples, the epoch has "
                                       f"{data.samples}"}
                         runs[system].append(result)
-                        _log(f"aisio bench: peers {workload:<6} w={workers} "
+                        _log(f"aisio bench: peers [{network}] {workload:<6} w={workers} "
                              f"[{turn + 1}/{self.cfg['repeat']}] {system:<9} "
                              f"{_status(result, data.samples)}")
-                rows.extend(_merge(workload, workers, system, done, data.samples)
-                            for system, done in runs.items())
+                rows.extend({**_merge(workload, workers, system, done, data.samples),
+                             "network": network} for system, done in runs.items())
         return rows
 
     def fresh_jobs(self) -> list[dict[str, Any]]:
@@ -394,8 +402,11 @@ def _merge(workload: str, workers: int, system: str, done: list[dict[str, Any]],
 
 
 def run_peers(endpoint_arg: str | None, cfg: dict[str, Any], systems: tuple[str, ...],
-              timeout: float) -> dict[str, Any]:
-    """Returns the report of one peers run (see the module doc)."""
+              timeout: float, networks: tuple[Network | None, ...] = (None,)
+              ) -> dict[str, Any]:
+    """Returns the report of one peers run (see the module doc): the throughput over each of
+    ``networks`` (None: loopback), each probed first; the fresh jobs and the resume over the
+    first."""
     from aisio.core.store.client import client_for
     from aisio.core.store.config import AISConfig
     from aisio.core.store.urls import Bucket
@@ -425,15 +436,36 @@ def run_peers(endpoint_arg: str | None, cfg: dict[str, Any], systems: tuple[str,
             peers.prepare()
             report["data"] = {k: {"describe": d.describe, "samples": d.samples,
                                   "mb": d.nbytes / 1e6} for k, d in peers.data.items()}
-            report["throughput"] = peers.throughput()
-            report["fresh"] = peers.fresh_jobs()
-            report["resume"] = peers.resume()
+            probe = _put_probe(client, bucket, cfg["probe_mb"])
+            report["networks"] = []
+            report["throughput"] = []
+            for index, network in enumerate(networks):
+                label = network.label if network is not None else "loopback"
+                with shaped(network, endpoint) as prefix:
+                    runner.close()
+                    runner = peers.runner = Runner(pythons, timeout, prefix)
+                    measured = probe_path(prefix, endpoint, probe)
+                    _log(f"aisio bench: network {label}: measured {describe_probe(measured)}")
+                    report["networks"].append({"network": label, "probe": measured})
+                    report["throughput"] += peers.throughput(label)
+                    if index == 0:
+                        report["fresh"] = peers.fresh_jobs()
+                        report["resume"] = peers.resume()
+                    runner.close()
         finally:
             runner.close()
             shutil.rmtree(scratch, ignore_errors=True)
             client.destroy_bucket(bucket)
             set_features(endpoint, flags)
     return report
+
+
+def _put_probe(client: Any, bucket: Any, mb: int) -> str:
+    """Puts ``mb`` MiB of random bytes for the network probe; returns its ``ais://`` name."""
+    from aisio.core.store.urls import AISPath
+
+    client.put_object(AISPath(bucket, "probe/bandwidth.bin"), os.urandom(mb << 20))
+    return f"ais://{bucket.name}/probe/bandwidth.bin"
 
 
 def _versions(python: str, system: str) -> dict[str, str]:

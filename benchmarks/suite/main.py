@@ -113,10 +113,25 @@ def build_parser() -> argparse.ArgumentParser:
         "environment of its own made from benchmarks/peers/locks (benchmarks/peers)")
     add("--systems", nargs="+", metavar="SYSTEM", help="--peers: only these systems (aisio "
         "litdata streaming s3torch sdk)")
+    add("--network", nargs="+", type=_network, default=None, metavar="SPEC",
+        help="--peers: read over each of these networks in turn: none (loopback) or "
+        "rtt=<n>ms,rate=<n>gbit|mbit (toxiproxy delay and tc tbf, the client in a network "
+        "namespace of its own; needs root and Go), e.g. --network none rtt=1ms,rate=10gbit "
+        "rtt=5ms,rate=10gbit (default: none)")
     for name, (full, quick, what) in SIZES.items():
         add("--" + name.replace("_", "-"), type=int, default=None, metavar="N",
             help=f"{what} ({full:,}; --quick: {quick:,})")
     return parser
+
+
+def _network(text: str) -> Any:
+    """``--network``'s type: a Network, or None for loopback."""
+    from benchmarks.net.spec import NetworkSpecError, parse_network
+
+    try:
+        return parse_network(text)
+    except NetworkSpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -214,7 +229,8 @@ def peers(args: argparse.Namespace, argv: Sequence[str]) -> int:
         # --arm-timeout left at its default: a job of the peers' sizes that takes longer hangs
         timeout = args.arm_timeout if args.arm_timeout != 1800.0 else (120.0 if args.quick
                                                                          else 600.0)
-        report = run_peers(args.endpoint, cfg, systems, timeout)
+        networks = tuple(args.network) if args.network else (None,)
+        report = run_peers(args.endpoint, cfg, systems, timeout, networks)
     except AISIOError as exc:
         print(f"aisio bench: error: {exc}", file=sys.stderr)
         return 2
