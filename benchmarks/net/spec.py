@@ -3,7 +3,8 @@
 ``none`` (or ``loopback``) is the machine's loopback, unshaped. Otherwise comma-separated
 ``key=value`` pairs: ``rtt=2ms`` (a whole number of milliseconds: toxiproxy's latency is in
 whole ms) and ``rate=10gbit`` (``kbit``, ``mbit``, ``gbit``, as ``tc`` spells them), e.g.
-``rtt=2ms,rate=10gbit``. Either may be left out (no delay; no bandwidth limit).
+``rtt=2ms,rate=10gbit``. Either may be left out (no delay; no bandwidth limit). ``sweep`` is
+:data:`SWEEP`, the networks of issue #40's table.
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ _RATE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(kbit|mbit|gbit|bit)")
 _RATE_UNITS = {"bit": 1, "kbit": 1_000, "mbit": 1_000_000, "gbit": 1_000_000_000}
 _TIME = re.compile(r"([0-9]+(?:\.[0-9]+)?)(us|ms|s)")
 _TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+SWEEP = ("none", "rtt=1ms,rate=10gbit", "rtt=5ms,rate=10gbit", "rtt=5ms,rate=1gbit")
+"""``--network sweep``: loopback, 1 and 5 ms at 10 Gbit/s, and 5 ms at 1 Gbit/s (where the suite
+adds aisio with a ShardCache)."""
 
 
 class NetworkSpecError(ValueError):
@@ -114,3 +120,14 @@ def parse_network(text: str) -> Network | None:
         seen[key] = value
     return Network(rtt_ms=_rtt_ms(seen["rtt"]) if "rtt" in seen else 0,
                    rate_bit=_rate(seen["rate"]) if "rate" in seen else None)
+
+
+def parse_networks(texts: list[str]) -> list[Network | None]:
+    """Returns the networks ``texts`` name in order (``sweep`` expanded), each once."""
+    out: list[Network | None] = []
+    for text in texts:
+        for one in SWEEP if text.strip().lower() == "sweep" else (text,):
+            network = parse_network(one)
+            if network not in out:
+                out.append(network)
+    return out

@@ -50,8 +50,23 @@ PEER_SIZES: dict[str, tuple[int, int]] = {
     "small_shards": (2, 2), "small_per_shard": (50_000, 3_000),
     "jpegs": (2048, 256), "jpegs_per_shard": (256, 64), "jpeg_px": (256, 128),
     "repeat": (3, 1), "fresh_repeat": (3, 1), "probe_mb": (64, 16),
+    "objects": (50_000, 1_000), "object_min_kib": (10, 10), "object_max_kib": (110, 110),
 }
 WORKERS = (0, 2)
+OBJECT_ARMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "aisio-getbatch": ("aisio", {"batch_get": 64}),
+    "aisio-threads": ("aisio", {"concurrency": 16}),
+    "sdk-iter": ("sdk", {"dataset": "iter"}),
+    "sdk-getbatch": ("sdk", {"dataset": "batch", "max_batch_size": 64}),
+    "s3torch-map": ("s3torch", {"dataset": "map"}),
+    "s3torch-iter": ("s3torch", {"dataset": "iterable"}),
+    "s3torch-uris": ("s3torch", {"dataset": "uris"}),
+}
+"""The ``objects`` workload's arms: ``arm: (system, its options)`` (litdata and MosaicML
+streaming read their own formats, not a bucket of objects)."""
+CACHE_ARM = ("aisio-cache", ("aisio", {"shard_cache": True}))
+"""aisio with a ShardCache (later epochs from local disk): run on networks of 1 gbit or less."""
+CACHE_RATE = 1_000_000_000
 BATCH = 64
 
 NOTES = [
@@ -221,9 +236,14 @@ class PeersRun:
                                                    c["small_per_shard"], 2 * 1024, salt=12)
         self.data["decode"] = self.up.jpeg_shards("peers-decode", c["jpegs"],
                                                   c["jpegs_per_shard"], c["jpeg_px"], salt=13)
+        if c["objects"]:
+            self.data["objects"] = put_objects(self.up, "peers-objects", c["objects"],
+                                               c["object_min_kib"], c["object_max_kib"], 14)
         for system in self.systems:
             if system in FORMATS:
                 for workload, data in self.data.items():
+                    if workload == "objects":
+                        continue
                     self.prefixes[(system, workload)] = self._convert(system, workload, data)
 
     def _convert(self, system: str, workload: str, data: Any) -> str:
@@ -262,35 +282,55 @@ class PeersRun:
         """Returns the job of one system on one workload (a fresh cache directory)."""
         data = self.data[workload]
         cache = self.scratch / "cache" / uuid.uuid4().hex[:10]
+        prefix = data.prefix if workload == "objects" else self.prefixes.get((system, workload),
+                                                                               "")
         return {"system": system, "workload": workload, "workers": workers, "mode": mode,
                 "batch": BATCH, "endpoint": self.endpoint, "bucket": self.bucket,
-                "tars": list(data.names), "prefix": self.prefixes.get((system, workload), ""),
+                "tars": [] if workload == "objects" else list(data.names), "prefix": prefix,
+                "objects": list(data.names) if workload == "objects" else [],
                 "cache": str(cache), **extra}
 
-    def throughput(self, network: str = "loopback") -> list[dict[str, Any]]:
-        """Returns one row per (workload, workers, system): medians over the rounds, each
-        row naming the ``network`` it was read over."""
+    def arms(self, workload: str, network: Network | None) -> list[tuple[str, str, dict[str, Any]]]:
+        """Returns ``(arm, system, options)`` of each arm run on ``workload`` over
+        ``network``: every system on shards (and aisio with a ShardCache over a link of
+        ``CACHE_RATE`` or less), the object readers on ``objects``."""
+        if workload == "objects":
+            return [(arm, system, options) for arm, (system, options) in OBJECT_ARMS.items()
+                    if system in self.systems]
+        arms: list[tuple[str, str, dict[str, Any]]] = [(system, system, {})
+                                                       for system in self.systems]
+        slow = network is not None and network.rate_bit is not None \
+            and network.rate_bit <= CACHE_RATE
+        if slow and "aisio" in self.systems:
+            arms.append((CACHE_ARM[0], *CACHE_ARM[1]))
+        return arms
+
+    def throughput(self, network: Network | None = None) -> list[dict[str, Any]]:
+        """Returns one row per (workload, workers, arm): medians over the rounds, each row
+        naming the network it was read over."""
+        label = network.label if network is not None else "loopback"
         rows: list[dict[str, Any]] = []
         for workload, data in self.data.items():
+            arms = self.arms(workload, network)
             for workers in WORKERS:
-                runs: dict[str, list[dict[str, Any]]] = {s: [] for s in self.systems}
+                runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm, _, _ in arms}
                 for turn in range(self.cfg["repeat"]):
-                    for system in self.systems:
-                        if runs[system] and not runs[system][-1]["ok"]:
+                    for arm, system, options in arms:
+                        if runs[arm] and not runs[arm][-1]["ok"]:
                             continue
-                        job = self.job(system, workload, workers, "epochs")
+                        job = self.job(system, workload, workers, "epochs", options=options)
                         result = self.runner.forked(job)
                         shutil.rmtree(job["cache"], ignore_errors=True)
                         if result["ok"] and result["epoch_samples"] != [data.samples] * 2:
                             result = {**result, "ok": False, "error":
                                       f"read {result['epoch_samples']} samples, the epoch has "
                                       f"{data.samples}"}
-                        runs[system].append(result)
-                        _log(f"aisio bench: peers [{network}] {workload:<6} w={workers} "
-                             f"[{turn + 1}/{self.cfg['repeat']}] {system:<9} "
+                        runs[arm].append(result)
+                        _log(f"aisio bench: peers [{label}] {workload:<7} w={workers} "
+                             f"[{turn + 1}/{self.cfg['repeat']}] {arm:<14} "
                              f"{_status(result, data.samples)}")
-                rows.extend({**_merge(workload, workers, system, done, data.samples),
-                             "network": network} for system, done in runs.items())
+                rows.extend({**_merge(workload, workers, arm, done, data.samples, data.nbytes),
+                             "network": label} for arm, done in runs.items())
         return rows
 
     def fresh_jobs(self) -> list[dict[str, Any]]:
@@ -382,7 +422,7 @@ def _status(result: dict[str, Any], samples: int) -> str:
 
 
 def _merge(workload: str, workers: int, system: str, done: list[dict[str, Any]],
-           samples: int) -> dict[str, Any]:
+           samples: int, nbytes: int = 0) -> dict[str, Any]:
     ok = bool(done) and all(r["ok"] for r in done)
     row: dict[str, Any] = {"workload": workload, "workers": workers, "system": system, "ok": ok,
                            "rounds": [{k: v for k, v in r.items() if k != "traceback"}
@@ -397,6 +437,8 @@ def _merge(workload: str, workers: int, system: str, done: list[dict[str, Any]],
         first_s=statistics.median(r["first_s"] for r in done),
         gap_s=statistics.median(r["gap_s"][0] for r in done),
         peak_mb=max(r["peak_rss"] for r in done) / 1e6,
+        cpu_s_per_gb=(statistics.median(r["cpu_s"] for r in done) / (2 * nbytes / 1e9)
+                      if nbytes and all("cpu_s" in r for r in done) else None),
         cache_mb=max(r.get("cache_bytes", 0) for r in done) / 1e6)
     return row
 
@@ -447,7 +489,7 @@ def run_peers(endpoint_arg: str | None, cfg: dict[str, Any], systems: tuple[str,
                     measured = probe_path(prefix, endpoint, probe)
                     _log(f"aisio bench: network {label}: measured {describe_probe(measured)}")
                     report["networks"].append({"network": label, "probe": measured})
-                    report["throughput"] += peers.throughput(label)
+                    report["throughput"] += peers.throughput(network)
                     if index == 0:
                         report["fresh"] = peers.fresh_jobs()
                         report["resume"] = peers.resume()
@@ -458,6 +500,30 @@ def run_peers(endpoint_arg: str | None, cfg: dict[str, Any], systems: tuple[str,
             client.destroy_bucket(bucket)
             set_features(endpoint, flags)
     return report
+
+
+def put_objects(up: Any, name: str, count: int, min_kib: int, max_kib: int, salt: int) -> Any:
+    """Returns the ``objects`` workload: ``count`` plain objects of ``min_kib``-``max_kib``
+    KiB (uniform, JPEG-like sizes), ``<name>/obj-<i>.bin``, uploaded 8 at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aisio.core.store.urls import AISPath
+    from benchmarks.suite.data import Dataset
+
+    rng = up.rng(salt)
+    pool = rng.bytes(4 << 20)
+    sizes = rng.integers(min_kib << 10, (max_kib << 10) + 1, count).tolist()
+    starts = rng.integers(0, (4 << 20) - (max_kib << 10), count).tolist()
+    data = Dataset(name, f"{name}/", describe=f"{count:,} objects of {min_kib}-{max_kib} KiB, "
+                   "one per sample (label from the name)")
+    data.names = [f"{name}/obj-{i:06d}.bin" for i in range(count)]
+    with ThreadPoolExecutor(8) as threads:
+        list(threads.map(lambda i: up.client.put_object(
+            AISPath(up.bucket, data.names[i]), pool[starts[i]:starts[i] + sizes[i]]),
+            range(count)))
+    data.nbytes, data.samples = int(sum(sizes)), count
+    _log(f"aisio bench: uploaded {name}: {data.describe}")
+    return data
 
 
 def _put_probe(client: Any, bucket: Any, mb: int) -> str:

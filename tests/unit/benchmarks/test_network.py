@@ -89,3 +89,16 @@ def test_public_ports_of_a_cluster_map() -> None:
             "tmap": {"t1": node("51081"), "t2": node("51082")}}
     assert public_ports(smap) == [51080, 51081, 51082]
     assert public_ports({"pmap": {"p1": node("9")}, "tmap": None}) == [9]
+
+
+def test_sweep_and_repeats() -> None:
+    from benchmarks.net.spec import SWEEP, parse_networks
+
+    sweep = parse_networks(["sweep"])
+    assert sweep == [parse_network(text) for text in SWEEP]
+    assert sweep[0] is None and len(sweep) == 4
+    assert parse_networks(["none", "sweep", "rtt=2ms"]) == [*sweep, Network(rtt_ms=2)]
+    assert parse_networks(["rtt=1ms,rate=10gbit", "rate=10gbit,rtt=1ms"]) == [
+        Network(1, 10_000_000_000)]
+    with pytest.raises(NetworkSpecError):
+        parse_networks(["none", "rtt=fast"])
