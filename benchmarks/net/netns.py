@@ -39,7 +39,11 @@ class ShapingError(RuntimeError):
 
 
 def _ip(*args: str) -> None:
-    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise ShapingError(f"`{args[0]}` cannot run ({exc}): the shaped network needs root, "
+                           "ip and tc") from exc
     if done.returncode != 0:
         raise ShapingError(f"`{' '.join(args)}` failed (exit {done.returncode}): "
                            f"{done.stderr.strip()}; the shaped network needs root, ip and tc")
@@ -62,8 +66,12 @@ def public_ports(smap: dict[str, Any]) -> list[int]:
 
 def _free_subnet() -> ipaddress.IPv4Network:
     """Returns a /30 in 10.231.0.0/16 that no interface of this machine uses."""
-    used = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True,
-                          check=False).stdout
+    try:
+        used = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True,
+                              check=False).stdout
+    except OSError as exc:
+        raise ShapingError(f"`ip` cannot run ({exc}): the shaped network needs root, ip and "
+                           "tc") from exc
     for _ in range(64):
         net = ipaddress.IPv4Network(f"10.231.{secrets.randbelow(256)}."
                                     f"{4 * secrets.randbelow(64)}/30")

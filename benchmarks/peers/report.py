@@ -121,6 +121,10 @@ def markdown(report: dict[str, Any]) -> str:
     for row in report.get("throughput", []):
         groups.setdefault((_network(row), row["workload"], row["workers"]), []).append(row)
     probes = {n["network"]: n.get("probe", {}) for n in report.get("networks", [])}
+    for net in report.get("networks", []):
+        if "error" in net:
+            out += ["", f"### Network: {net['network']}", "",
+                    f"Could not be made: {_err(net['error'])}."]
     shown = None
     for (network, workload, workers), rows in groups.items():
         if network != shown and (probes or network != "loopback"):

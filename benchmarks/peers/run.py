@@ -31,8 +31,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.net.netns import ShapingError
 from benchmarks.net.shaped import describe_probe, probe_path, shaped
 from benchmarks.net.spec import Network
+from benchmarks.net.toxiproxy import ToxiproxyError
 from benchmarks.peers.envs import cache_dir, peer_python
 from benchmarks.suite import run as suite_run
 
@@ -479,21 +481,25 @@ def run_peers(endpoint_arg: str | None, cfg: dict[str, Any], systems: tuple[str,
             report["data"] = {k: {"describe": d.describe, "samples": d.samples,
                                   "mb": d.nbytes / 1e6} for k, d in peers.data.items()}
             probe = _put_probe(client, bucket, cfg["probe_mb"])
-            report["networks"] = []
-            report["throughput"] = []
+            report.update(networks=[], throughput=[], fresh=[], resume=[])
             for index, network in enumerate(networks):
                 label = network.label if network is not None else "loopback"
-                with shaped(network, endpoint) as prefix:
-                    runner.close()
-                    runner = peers.runner = Runner(pythons, timeout, prefix)
-                    measured = probe_path(prefix, endpoint, probe)
-                    _log(f"aisio bench: network {label}: measured {describe_probe(measured)}")
-                    report["networks"].append({"network": label, "probe": measured})
-                    report["throughput"] += peers.throughput(network)
-                    if index == 0:
-                        report["fresh"] = peers.fresh_jobs()
-                        report["resume"] = peers.resume()
-                    runner.close()
+                try:
+                    with shaped(network, endpoint) as prefix:
+                        runner.close()
+                        runner = peers.runner = Runner(pythons, timeout, prefix)
+                        measured = probe_path(prefix, endpoint, probe)
+                        _log(f"aisio bench: network {label}: measured "
+                             f"{describe_probe(measured)}")
+                        report["networks"].append({"network": label, "probe": measured})
+                        report["throughput"] += peers.throughput(network)
+                        if index == 0:
+                            report["fresh"] = peers.fresh_jobs()
+                            report["resume"] = peers.resume()
+                        runner.close()
+                except (ShapingError, ToxiproxyError) as exc:  # the next network may work
+                    _log(f"aisio bench: network {label} could not be made: {exc}")
+                    report["networks"].append({"network": label, "error": str(exc)})
         finally:
             runner.close()
             shutil.rmtree(scratch, ignore_errors=True)

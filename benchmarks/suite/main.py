@@ -242,7 +242,8 @@ def peers(args: argparse.Namespace, argv: Sequence[str]) -> int:
     peers_report.plot(report, args.out / "results.png")
     print(table)
     _log(f"aisio bench: wrote {args.out / 'table.md'}, results.json and results.png")
-    rows = [*report["throughput"], *report["fresh"], *report["resume"]]
+    rows = [*report["throughput"], *report["fresh"], *report["resume"],
+            *({"ok": False} for net in report.get("networks", []) if "error" in net)]
     return 1 if any(not row["ok"] for row in rows) else 0
 
 
