@@ -99,6 +99,16 @@ NOTES = [
     "Systems without a loader state start the epoch over.",
     "Peak memory: the process's RSS plus its workers' private pages (polled every 20 ms). "
     "Cache: bytes left in the system's cache directory after the run.",
+    "Client CPU s/GB: user + system seconds of the job's process tree (the process, its "
+    "reaped children, its live DataLoader workers) over both epochs, over twice the data.",
+    "Objects: plain objects of 10-110 KiB, one per sample, the label from the name; litdata "
+    "and MosaicML streaming read their own formats and are not in this workload. "
+    "s3torchconnector's from_prefix datasets list the prefix through AIStore's S3 API, "
+    "which the AWS CRT fails to parse (an empty ETag); from_objects takes the names.",
+    "Networks: 'loopback' is the machine's own; a shaped network runs the clients in a "
+    "network namespace behind toxiproxy (the round trip, half each way) and tc tbf on a "
+    "veth pair (the bandwidth); the line above each network's tables is what the path "
+    "measured just before. aisio + ShardCache runs on networks of 1 Gbit/s or less.",
 ]
 
 
