@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import os
 import select
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -35,6 +36,11 @@ def serve(preload: Iterable[str], run: Callable[[str, str], None], *,
         for pid in list(children):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
+                # Whatever the job left behind in its process group goes with it: a DataLoader
+                # worker whose job ended on an error can hang for ever (one forked after the
+                # AWS CRT's threads started was found asleep on a futex, reparented to init).
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
                 with contextlib.suppress(OSError):  # (its folder is gone if it was given up)
                     Path(f"{children.pop(pid)}.exit").write_text(
                         str(os.waitstatus_to_exitcode(status)))
@@ -53,9 +59,10 @@ def serve(preload: Iterable[str], run: Callable[[str, str], None], *,
             line, pending = pending.split(b"\n", 1)
             job, out = line.decode().split("\t")
             pid = os.fork()
-            if pid == 0:  # the job
+            if pid == 0:  # the job, in a process group of its own (its workers join it)
                 code = 1
                 try:
+                    os.setpgid(0, 0)
                     os.close(stdin)
                     answers.close()
                     run(job, out)
