@@ -23,7 +23,9 @@ def serve(preload: Iterable[str], run: Callable[[str, str], None], *,
     """Imports ``preload`` (those that import), then for each ``JOB.json<TAB>OUT.json`` line on
     stdin forks a child that calls ``run(job, out)``, answers its pid on stdout, and writes its
     exit code to ``OUT.json.exit`` once it has ended. Single-threaded (the children are forked
-    from it); ends when stdin closes and every child has ended."""
+    from it). Each job runs in a process group of its own, killed whole once the job has
+    ended (nothing it started outlives it); when stdin closes, the jobs still running are
+    killed too, and the server ends once every child is reaped."""
     answers = os.fdopen(os.dup(1), "w")  # the pids; anything else printed goes to stderr
     os.dup2(2, 1)
     for name in preload:
@@ -51,8 +53,11 @@ def serve(preload: Iterable[str], run: Callable[[str, str], None], *,
         if not ready:
             continue
         chunk = os.read(stdin, 65536)
-        if not chunk:
+        if not chunk:  # the suite is done with us (or was interrupted): no job outlives it
             open_ = False
+            for pid in children:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
             continue
         pending += chunk
         while b"\n" in pending:
