@@ -20,6 +20,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import secrets
+import shutil
 import subprocess
 import tempfile
 import urllib.request
@@ -148,3 +149,4 @@ class ShapedNetwork:
             subprocess.run(["ip", "link", "del", self.host_dev], capture_output=True,
                            check=False)
         self._made.clear()
+        shutil.rmtree(self._log_dir, ignore_errors=True)  # (a failure quotes what it said)

@@ -109,8 +109,13 @@ class Toxiproxy:
             except (OSError, ToxiproxyError):
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
+                    try:
+                        said = self.log.read_text(errors="replace").strip()[-800:]
+                    except OSError:
+                        said = ""
                     raise ToxiproxyError(f"toxiproxy did not answer on its API port "
-                                         f"{self.api_port} (see {self.log})") from None
+                                         f"{self.api_port}; it said: {said or 'nothing'}"
+                                         ) from None
                 time.sleep(0.1)
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
