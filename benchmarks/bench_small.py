@@ -163,24 +163,47 @@ def _endpoint() -> Iterator[str]:
         yield str(pg.endpoint)
 
 
+def _rest(method: str, url: str, body: bytes | None = None) -> None:
+    """One request to AIStore's REST API with the standard library only (``--profile`` of
+    another checkout imports that checkout's aisio, whose modules may be laid out otherwise).
+    A PUT asks the proxy for its target with no body first (the proxy answers 307 before
+    reading one), then sends the body there."""
+    import urllib.error
+    import urllib.request
+
+    def send(to: str, data: bytes | None) -> str | None:
+        request = urllib.request.Request(to, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(request, timeout=300).read()
+        except urllib.error.HTTPError as exc:
+            if exc.code not in (301, 302, 307, 308):
+                raise
+            return str(exc.headers["Location"])
+        return None
+
+    if method == "PUT":
+        target = send(url, b"")
+        if target is not None:
+            send(target, body)
+        return
+    send(url, body)
+
+
 @contextlib.contextmanager
 def _uploaded(data: bytes) -> Iterator[tuple[str, str]]:
     """Yields ``(endpoint, ais:// name)`` of ``data`` put as one shard in a bucket of its own
     (AIS_ENDPOINT's cluster, else a playground), destroyed afterwards."""
-    from aisio.core.store.client import client_for
-    from aisio.core.store.config import resolve_config
-    from aisio.core.store.urls import Bucket, parse_ais_url
-
     for endpoint in _endpoint():
-        client = client_for(resolve_config(endpoint, None))
-        bucket = Bucket(f"aisio-bench-small-{uuid.uuid4().hex[:8]}")
-        client.create_bucket(bucket)
+        bucket = f"aisio-bench-small-{uuid.uuid4().hex[:8]}"
+        _rest("POST", f"{endpoint}/v1/buckets/{bucket}?provider=ais",
+              json.dumps({"action": "create-bck"}).encode())
         try:
-            uri = f"ais://{bucket.name}/small-000000.tar"
-            client.put_object(parse_ais_url(uri), data)
-            yield endpoint, uri
+            _rest("PUT", f"{endpoint}/v1/objects/{bucket}/small-000000.tar?provider=ais", data)
+            yield endpoint, f"ais://{bucket}/small-000000.tar"
         finally:
-            client.destroy_bucket(bucket)
+            _rest("DELETE", f"{endpoint}/v1/buckets/{bucket}?provider=ais",
+                  json.dumps({"action": "destroy-bck"}).encode())
 
 
 def _run_child(tree: Path, arm: str, endpoint: str, uri: str, local: Path,
@@ -215,7 +238,7 @@ def compare(args: argparse.Namespace) -> None:
     """Uploads the shard, runs every arm of every checkout round by round, prints a table."""
     trees = [HERE, *(Path(p).resolve() for p in args.compare)]
     arms = args.arms or list(ARMS)
-    data = shard_bytes(args.samples)
+    data = shard_bytes(args.samples, args.member_bytes)
     with _uploaded(data) as (endpoint, uri), \
             tempfile.NamedTemporaryFile(suffix=".tar") as local:
         local.write(data)
@@ -243,7 +266,8 @@ def compare(args: argparse.Namespace) -> None:
 def _table(trees: list[Path], arms: list[str], rates: Rates, ratios: Rates,
            args: argparse.Namespace) -> None:
     labels = [_label(tree) for tree in trees]
-    print(f"\n{args.samples:,} samples x 2 members (2 KiB + class); medians of {args.rounds} "
+    print(f"\n{args.samples:,} samples x 2 members ({args.member_bytes:,} bytes + class); "
+          f"medians of {args.rounds} "
           f"rounds, each the median of {args.passes} passes in a fresh process; ratios taken "
           "round by round")
     for metric, what in (("rate", "samples/s (wall clock)"),
@@ -268,7 +292,7 @@ def profile(args: argparse.Namespace) -> None:
     top functions by own time."""
     if os.environ.get("PYTHONPATH"):
         _pythonpath_only()
-    data = shard_bytes(args.samples)
+    data = shard_bytes(args.samples, args.member_bytes)
     with _uploaded(data) as (endpoint, uri):
         run = _arm(args.profile, endpoint, uri, data)
         run()
@@ -303,6 +327,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samples", type=int, default=25_000, help="samples in the shard")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (medians reported)")
     parser.add_argument("--passes", type=int, default=3, help="timed passes per child")
+    parser.add_argument("--member-bytes", type=int, default=2048,
+                        help="bytes of each sample's payload member (102400: the 100 KiB arm)")
     parser.add_argument("--compare", nargs="*", default=[], metavar="DIR",
                         help="other aisio checkouts to alternate with this one")
     parser.add_argument("--arms", nargs="*", choices=ARMS, help="arms to run (default: all)")

@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 LABELS = {"aisio": "aisio", "litdata": "litdata", "streaming": "MosaicML streaming",
-          "s3torch": "s3torchconnector", "sdk": "aistore SDK AISShardReader"}
+          "s3torch": "s3torchconnector", "sdk": "aistore SDK AISShardReader",
+          "aisio-cache": "aisio + ShardCache",
+          "aisio-getbatch": "aisio AISFileLoader(batch_get=64)",
+          "aisio-threads": "aisio AISFileLoader(concurrency=16)",
+          "sdk-iter": "SDK AISIterDataset", "sdk-getbatch": "SDK AISBatchIterDataset(64)",
+          "s3torch-map": "s3torch S3MapDataset.from_prefix",
+          "s3torch-iter": "s3torch S3IterableDataset.from_prefix",
+          "s3torch-uris": "s3torch S3MapDataset.from_objects"}
 SETTINGS = {
     "aisio": "`webdataset_dataloader(shards, batch_size=64, num_workers=W, "
              "shuffle_shards=False, shuffle_buffer=0)`, cls decoded, tuples (key, jpg, cls); "
@@ -44,10 +51,11 @@ def to_best(values: dict[str, float | None], *, higher: bool = True) -> dict[str
 
 
 def add_ratios(report: dict[str, Any]) -> None:
-    """Sets ``x_best_*`` on every row, ratios within each (workload, workers) group."""
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    """Sets ``x_best_*`` on every row, ratios within each (network, workload, workers)
+    group."""
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for row in report.get("throughput", []):
-        groups.setdefault((row["workload"], row["workers"]), []).append(row)
+        groups.setdefault((_network(row), row["workload"], row["workers"]), []).append(row)
     for rows in groups.values():
         for key, higher in (("epoch1_per_s", True), ("epoch2_per_s", True),
                             ("first_s", False), ("peak_mb", False)):
@@ -61,6 +69,18 @@ def add_ratios(report: dict[str, Any]) -> None:
                          higher=False)
         for r in rows:
             r[f"x_best_{key}"] = ratios[r["system"]]
+
+
+def _network(row: dict[str, Any]) -> str:
+    return str(row.get("network", "loopback"))
+
+
+def _probe_words(probe: dict[str, Any]) -> str:
+    if not probe:
+        return "not probed"
+    from benchmarks.net.shaped import describe_probe
+
+    return describe_probe(probe)
 
 
 def _err(error: Any) -> str:
@@ -95,27 +115,39 @@ def markdown(report: dict[str, Any]) -> str:
         v = ", ".join(f"{k} {val}" for k, val in versions.get(system, {}).items())
         out.append(_row([LABELS[system], v, SETTINGS[system]]))
     data = report.get("data", {})
-    titles = {"large": "100 KiB samples", "small": "2 KiB samples", "decode": "JPEG decode"}
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    titles = {"large": "100 KiB samples", "small": "2 KiB samples", "decode": "JPEG decode",
+              "objects": "Objects one by one"}
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for row in report.get("throughput", []):
-        groups.setdefault((row["workload"], row["workers"]), []).append(row)
-    for (workload, workers), rows in groups.items():
+        groups.setdefault((_network(row), row["workload"], row["workers"]), []).append(row)
+    probes = {n["network"]: n.get("probe", {}) for n in report.get("networks", [])}
+    for net in report.get("networks", []):
+        if "error" in net:
+            out += ["", f"### Network: {net['network']}", "",
+                    f"Could not be made: {_err(net['error'])}."]
+    shown = None
+    for (network, workload, workers), rows in groups.items():
+        if network != shown and (probes or network != "loopback"):
+            shown = network
+            out += ["", f"### Network: {network}", "", f"Measured before the run: "
+                    f"{_probe_words(probes.get(network, {}))} (noisy, machine shared)."]
         out += ["", f"**{titles.get(workload, workload)}, {workers} workers** — "
                 f"{data.get(workload, {}).get('describe', '')}", "",
                 _row(["system", "epoch 1 samples/s", "× best", "epoch 2 samples/s", "× best",
                       "first batch s", "× best", "epoch gap s", "peak MB", "× best",
-                      "cache MB"]),
-                _row(["---"] + ["---:"] * 10)]
+                      "cache MB", "client CPU s/GB"]),
+                _row(["---"] + ["---:"] * 11)]
         for r in rows:
             if not r["ok"]:
                 out.append(_row([LABELS[r["system"]], _err(r["error"])]
-                                + [""] * 9))
+                                + [""] * 10))
                 continue
             out.append(_row([LABELS[r["system"]], _n(r["epoch1_per_s"]),
                              _x(r["x_best_epoch1_per_s"]), _n(r["epoch2_per_s"]),
                              _x(r["x_best_epoch2_per_s"]), _n(r["first_s"], ".2f"),
                              _x(r["x_best_first_s"]), _n(r["gap_s"], ".3f"),
-                             _n(r["peak_mb"]), _x(r["x_best_peak_mb"]), _n(r["cache_mb"])]))
+                             _n(r["peak_mb"]), _x(r["x_best_peak_mb"]), _n(r["cache_mb"]),
+                             _n(r.get("cpu_s_per_gb"), ".1f")]))
     if report.get("fresh"):
         out += ["", "**Fresh job** — 2 KiB samples, 2 workers, empty cache: new process to "
                 "first batch", "",
@@ -170,8 +202,11 @@ def plot(report: dict[str, Any], path: Path) -> None:
         return
     add_ratios(report)
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for row in report.get("throughput", []):
-        groups.setdefault((row["workload"], row["workers"]), []).append(row)
+    rows_ = report.get("throughput", [])
+    first = _network(rows_[0]) if rows_ else "loopback"
+    for row in rows_:  # the plot: the first network's shard rows (the tables have them all)
+        if _network(row) == first and row["workload"] != "objects":
+            groups.setdefault((row["workload"], row["workers"]), []).append(row)
     if not groups:
         return
     systems = report.get("systems", [])

@@ -31,6 +31,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.net.netns import ShapingError
+from benchmarks.net.shaped import describe_probe, probe_path, shaped
+from benchmarks.net.spec import Network
+from benchmarks.net.toxiproxy import ToxiproxyError
 from benchmarks.peers.envs import cache_dir, peer_python
 from benchmarks.suite import run as suite_run
 
@@ -47,9 +51,24 @@ PEER_SIZES: dict[str, tuple[int, int]] = {
     "large_shards": (4, 2), "large_per_shard": (500, 60),
     "small_shards": (2, 2), "small_per_shard": (50_000, 3_000),
     "jpegs": (2048, 256), "jpegs_per_shard": (256, 64), "jpeg_px": (256, 128),
-    "repeat": (3, 1), "fresh_repeat": (3, 1),
+    "repeat": (3, 1), "fresh_repeat": (3, 1), "probe_mb": (64, 16),
+    "objects": (50_000, 1_000), "object_min_kib": (10, 10), "object_max_kib": (110, 110),
 }
 WORKERS = (0, 2)
+OBJECT_ARMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "aisio-getbatch": ("aisio", {"batch_get": 64}),
+    "aisio-threads": ("aisio", {"concurrency": 16}),
+    "sdk-iter": ("sdk", {"dataset": "iter"}),
+    "sdk-getbatch": ("sdk", {"dataset": "batch", "max_batch_size": 64}),
+    "s3torch-map": ("s3torch", {"dataset": "map"}),
+    "s3torch-iter": ("s3torch", {"dataset": "iterable"}),
+    "s3torch-uris": ("s3torch", {"dataset": "uris"}),
+}
+"""The ``objects`` workload's arms: ``arm: (system, its options)`` (litdata and MosaicML
+streaming read their own formats, not a bucket of objects)."""
+CACHE_ARM = ("aisio-cache", ("aisio", {"shard_cache": True}))
+"""aisio with a ShardCache (later epochs from local disk): run on networks of 1 gbit or less."""
+CACHE_RATE = 1_000_000_000
 BATCH = 64
 
 NOTES = [
@@ -80,6 +99,16 @@ NOTES = [
     "Systems without a loader state start the epoch over.",
     "Peak memory: the process's RSS plus its workers' private pages (polled every 20 ms). "
     "Cache: bytes left in the system's cache directory after the run.",
+    "Client CPU s/GB: user + system seconds of the job's process tree (the process, its "
+    "reaped children, its live DataLoader workers) over both epochs, over twice the data.",
+    "Objects: plain objects of 10-110 KiB, one per sample, the label from the name; litdata "
+    "and MosaicML streaming read their own formats and are not in this workload. "
+    "s3torchconnector's from_prefix datasets list the prefix through AIStore's S3 API, "
+    "which the AWS CRT fails to parse (an empty ETag); from_objects takes the names.",
+    "Networks: 'loopback' is the machine's own; a shaped network runs the clients in a "
+    "network namespace behind toxiproxy (the round trip, half each way) and tc tbf on a "
+    "veth pair (the bandwidth); the line above each network's tables is what the path "
+    "measured just before. aisio + ShardCache runs on networks of 1 Gbit/s or less.",
 ]
 
 
@@ -121,20 +150,24 @@ def get_bytes(endpoint: str) -> int:
 class _Server(suite_run._Server):
     """``python -m benchmarks.peers.side --serve SYSTEM`` in a system's environment."""
 
-    def __init__(self, python: str, system: str) -> None:
+    def __init__(self, python: str, system: str, prefix: list[str]) -> None:
         root = Path(__file__).resolve().parents[2]
         env = {**os.environ, "PYTHONPATH": str(root)}
         self.proc = subprocess.Popen(
-            [python, "-m", "benchmarks.peers.side", "--serve", system], cwd=root, env=env,
+            [*prefix, python, "-m", "benchmarks.peers.side", "--serve", system], cwd=root,
+            env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
 class Runner:
-    """Runs jobs of each system: forked from its server, or in a new interpreter."""
+    """Runs jobs of each system: forked from its server, or in a new interpreter; each
+    started under ``prefix`` (``ip netns exec <name>``: inside a shaped network), if given."""
 
-    def __init__(self, pythons: dict[str, str], timeout: float) -> None:
+    def __init__(self, pythons: dict[str, str], timeout: float,
+                 prefix: list[str] | None = None) -> None:
         self.pythons = pythons
         self.timeout = timeout
+        self.prefix = list(prefix or [])
         self.servers: dict[str, _Server] = {}
 
     def close(self) -> None:
@@ -146,7 +179,7 @@ class Runner:
         system = job["system"]
         server = self.servers.get(system)
         if server is None or server.proc.poll() is not None:
-            server = self.servers[system] = _Server(self.pythons[system], system)
+            server = self.servers[system] = _Server(self.pythons[system], system, self.prefix)
         with tempfile.TemporaryDirectory(prefix="aisio-peer-") as tmp:
             spec, out = Path(tmp, "job.json"), Path(tmp, "result.json")
             progress = Path(tmp, "progress.json")
@@ -183,7 +216,8 @@ class Runner:
             spec.write_text(json.dumps({**job, "progress": str(Path(tmp, "progress.json"))}))
             env = {**os.environ, "PYTHONPATH": str(root)}
             started = time.time()
-            proc = subprocess.Popen([self.pythons[job["system"]], "-m", "benchmarks.peers.side",
+            proc = subprocess.Popen([*self.prefix, self.pythons[job["system"]], "-m",
+                                     "benchmarks.peers.side",
                                      str(spec), str(out)], cwd=root, env=env,
                                     stdout=subprocess.DEVNULL)
             result = suite_run._watch(proc.pid, proc.poll, proc.kill, out, self.timeout)
@@ -214,9 +248,14 @@ class PeersRun:
                                                    c["small_per_shard"], 2 * 1024, salt=12)
         self.data["decode"] = self.up.jpeg_shards("peers-decode", c["jpegs"],
                                                   c["jpegs_per_shard"], c["jpeg_px"], salt=13)
+        if c["objects"]:
+            self.data["objects"] = put_objects(self.up, "peers-objects", c["objects"],
+                                               c["object_min_kib"], c["object_max_kib"], 14)
         for system in self.systems:
             if system in FORMATS:
                 for workload, data in self.data.items():
+                    if workload == "objects":
+                        continue
                     self.prefixes[(system, workload)] = self._convert(system, workload, data)
 
     def _convert(self, system: str, workload: str, data: Any) -> str:
@@ -255,34 +294,55 @@ class PeersRun:
         """Returns the job of one system on one workload (a fresh cache directory)."""
         data = self.data[workload]
         cache = self.scratch / "cache" / uuid.uuid4().hex[:10]
+        prefix = data.prefix if workload == "objects" else self.prefixes.get((system, workload),
+                                                                               "")
         return {"system": system, "workload": workload, "workers": workers, "mode": mode,
                 "batch": BATCH, "endpoint": self.endpoint, "bucket": self.bucket,
-                "tars": list(data.names), "prefix": self.prefixes.get((system, workload), ""),
+                "tars": [] if workload == "objects" else list(data.names), "prefix": prefix,
+                "objects": list(data.names) if workload == "objects" else [],
                 "cache": str(cache), **extra}
 
-    def throughput(self) -> list[dict[str, Any]]:
-        """Returns one row per (workload, workers, system): medians over the rounds."""
+    def arms(self, workload: str, network: Network | None) -> list[tuple[str, str, dict[str, Any]]]:
+        """Returns ``(arm, system, options)`` of each arm run on ``workload`` over
+        ``network``: every system on shards (and aisio with a ShardCache over a link of
+        ``CACHE_RATE`` or less), the object readers on ``objects``."""
+        if workload == "objects":
+            return [(arm, system, options) for arm, (system, options) in OBJECT_ARMS.items()
+                    if system in self.systems]
+        arms: list[tuple[str, str, dict[str, Any]]] = [(system, system, {})
+                                                       for system in self.systems]
+        slow = network is not None and network.rate_bit is not None \
+            and network.rate_bit <= CACHE_RATE
+        if slow and "aisio" in self.systems:
+            arms.append((CACHE_ARM[0], *CACHE_ARM[1]))
+        return arms
+
+    def throughput(self, network: Network | None = None) -> list[dict[str, Any]]:
+        """Returns one row per (workload, workers, arm): medians over the rounds, each row
+        naming the network it was read over."""
+        label = network.label if network is not None else "loopback"
         rows: list[dict[str, Any]] = []
         for workload, data in self.data.items():
+            arms = self.arms(workload, network)
             for workers in WORKERS:
-                runs: dict[str, list[dict[str, Any]]] = {s: [] for s in self.systems}
+                runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm, _, _ in arms}
                 for turn in range(self.cfg["repeat"]):
-                    for system in self.systems:
-                        if runs[system] and not runs[system][-1]["ok"]:
+                    for arm, system, options in arms:
+                        if runs[arm] and not runs[arm][-1]["ok"]:
                             continue
-                        job = self.job(system, workload, workers, "epochs")
+                        job = self.job(system, workload, workers, "epochs", options=options)
                         result = self.runner.forked(job)
                         shutil.rmtree(job["cache"], ignore_errors=True)
                         if result["ok"] and result["epoch_samples"] != [data.samples] * 2:
                             result = {**result, "ok": False, "error":
                                       f"read {result['epoch_samples']} samples, the epoch has "
                                       f"{data.samples}"}
-                        runs[system].append(result)
-                        _log(f"aisio bench: peers {workload:<6} w={workers} "
-                             f"[{turn + 1}/{self.cfg['repeat']}] {system:<9} "
+                        runs[arm].append(result)
+                        _log(f"aisio bench: peers [{label}] {workload:<7} w={workers} "
+                             f"[{turn + 1}/{self.cfg['repeat']}] {arm:<14} "
                              f"{_status(result, data.samples)}")
-                rows.extend(_merge(workload, workers, system, done, data.samples)
-                            for system, done in runs.items())
+                rows.extend({**_merge(workload, workers, arm, done, data.samples, data.nbytes),
+                             "network": label} for arm, done in runs.items())
         return rows
 
     def fresh_jobs(self) -> list[dict[str, Any]]:
@@ -374,7 +434,7 @@ def _status(result: dict[str, Any], samples: int) -> str:
 
 
 def _merge(workload: str, workers: int, system: str, done: list[dict[str, Any]],
-           samples: int) -> dict[str, Any]:
+           samples: int, nbytes: int = 0) -> dict[str, Any]:
     ok = bool(done) and all(r["ok"] for r in done)
     row: dict[str, Any] = {"workload": workload, "workers": workers, "system": system, "ok": ok,
                            "rounds": [{k: v for k, v in r.items() if k != "traceback"}
@@ -389,13 +449,18 @@ def _merge(workload: str, workers: int, system: str, done: list[dict[str, Any]],
         first_s=statistics.median(r["first_s"] for r in done),
         gap_s=statistics.median(r["gap_s"][0] for r in done),
         peak_mb=max(r["peak_rss"] for r in done) / 1e6,
+        cpu_s_per_gb=(statistics.median(r["cpu_s"] for r in done) / (2 * nbytes / 1e9)
+                      if nbytes and all("cpu_s" in r for r in done) else None),
         cache_mb=max(r.get("cache_bytes", 0) for r in done) / 1e6)
     return row
 
 
 def run_peers(endpoint_arg: str | None, cfg: dict[str, Any], systems: tuple[str, ...],
-              timeout: float) -> dict[str, Any]:
-    """Returns the report of one peers run (see the module doc)."""
+              timeout: float, networks: tuple[Network | None, ...] = (None,)
+              ) -> dict[str, Any]:
+    """Returns the report of one peers run (see the module doc): the throughput over each of
+    ``networks`` (None: loopback), each probed first; the fresh jobs and the resume over the
+    first."""
     from aisio.core.store.client import client_for
     from aisio.core.store.config import AISConfig
     from aisio.core.store.urls import Bucket
@@ -425,15 +490,64 @@ def run_peers(endpoint_arg: str | None, cfg: dict[str, Any], systems: tuple[str,
             peers.prepare()
             report["data"] = {k: {"describe": d.describe, "samples": d.samples,
                                   "mb": d.nbytes / 1e6} for k, d in peers.data.items()}
-            report["throughput"] = peers.throughput()
-            report["fresh"] = peers.fresh_jobs()
-            report["resume"] = peers.resume()
+            probe = _put_probe(client, bucket, cfg["probe_mb"])
+            report.update(networks=[], throughput=[], fresh=[], resume=[])
+            for index, network in enumerate(networks):
+                label = network.label if network is not None else "loopback"
+                try:
+                    with shaped(network, endpoint) as prefix:
+                        runner.close()
+                        runner = peers.runner = Runner(pythons, timeout, prefix)
+                        measured = probe_path(prefix, endpoint, probe)
+                        _log(f"aisio bench: network {label}: measured "
+                             f"{describe_probe(measured)}")
+                        report["networks"].append({"network": label, "probe": measured})
+                        report["throughput"] += peers.throughput(network)
+                        if index == 0:
+                            report["fresh"] = peers.fresh_jobs()
+                            report["resume"] = peers.resume()
+                        runner.close()
+                except (ShapingError, ToxiproxyError) as exc:  # the next network may work
+                    _log(f"aisio bench: network {label} could not be made: {exc}")
+                    report["networks"].append({"network": label, "error": str(exc)})
         finally:
             runner.close()
             shutil.rmtree(scratch, ignore_errors=True)
             client.destroy_bucket(bucket)
             set_features(endpoint, flags)
     return report
+
+
+def put_objects(up: Any, name: str, count: int, min_kib: int, max_kib: int, salt: int) -> Any:
+    """Returns the ``objects`` workload: ``count`` plain objects of ``min_kib``-``max_kib``
+    KiB (uniform, JPEG-like sizes), ``<name>/obj-<i>.bin``, uploaded 8 at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aisio.core.store.urls import AISPath
+    from benchmarks.suite.data import Dataset
+
+    rng = up.rng(salt)
+    pool = rng.bytes(4 << 20)
+    sizes = rng.integers(min_kib << 10, (max_kib << 10) + 1, count).tolist()
+    starts = rng.integers(0, (4 << 20) - (max_kib << 10), count).tolist()
+    data = Dataset(name, f"{name}/", describe=f"{count:,} objects of {min_kib}-{max_kib} KiB, "
+                   "one per sample (label from the name)")
+    data.names = [f"{name}/obj-{i:06d}.bin" for i in range(count)]
+    with ThreadPoolExecutor(8) as threads:
+        list(threads.map(lambda i: up.client.put_object(
+            AISPath(up.bucket, data.names[i]), pool[starts[i]:starts[i] + sizes[i]]),
+            range(count)))
+    data.nbytes, data.samples = int(sum(sizes)), count
+    _log(f"aisio bench: uploaded {name}: {data.describe}")
+    return data
+
+
+def _put_probe(client: Any, bucket: Any, mb: int) -> str:
+    """Puts ``mb`` MiB of random bytes for the network probe; returns its ``ais://`` name."""
+    from aisio.core.store.urls import AISPath
+
+    client.put_object(AISPath(bucket, "probe/bandwidth.bin"), os.urandom(mb << 20))
+    return f"ais://{bucket.name}/probe/bandwidth.bin"
 
 
 def _versions(python: str, system: str) -> dict[str, str]:

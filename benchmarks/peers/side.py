@@ -89,6 +89,24 @@ def tar_samples(stream: Any, decode: bool) -> Iterator[tuple[str, Any, int]]:
         yield _sample(key, pending, decode)
 
 
+def object_label(name: str) -> int:
+    """Returns the class of a plain object of the ``objects`` workload, from its name
+    (``.../obj-000123.bin`` -> 123 % 1000), as an ImageNet-style layout keeps it in the path."""
+    return int(name.rpartition("-")[2].partition(".")[0]) % 1000
+
+
+def _object_sample(key: str, data: bytes) -> tuple[str, bytes, int]:
+    return key, data, object_label(key)
+
+
+def _s3_object(reader: Any) -> tuple[str, bytes, int]:
+    return _object_sample(reader.key, reader.read())
+
+
+def _collate_objects(pairs: list[tuple[str, bytes]]) -> dict[str, Any]:
+    return _collate_samples([_object_sample(k, d) for k, d in pairs])
+
+
 def _sample(key: str, fields: dict[str, bytes], decode: bool) -> tuple[str, Any, int]:
     data = fields["jpg"]
     return key, decode_jpeg(data) if decode else data, int(fields["cls"])
@@ -131,8 +149,15 @@ class AisioLoader(Loader):
         super().__init__(job)
         import aisio
 
+        arm = job.get("options", {})
+        if job["workload"] == "objects":
+            self.resumable = False
+            self.loader = self._objects(arm)
+            return
         options: dict[str, Any] = {"endpoint": job["endpoint"], "shuffle_shards": False,
                                    "shuffle_buffer": 0, "batch_size": self.batch}
+        if arm.get("shard_cache"):  # later epochs from local disk
+            options["cache"] = aisio.ShardCache(job["cache"], max_bytes=64 << 30)
         if self.decode:
             options.update(decode="torchrgb8", tuple_fields=("__key__", "jpg", "cls"))
         else:
@@ -142,12 +167,39 @@ class AisioLoader(Loader):
             [f"ais://{job['bucket']}/{name}" for name in job["tars"]],
             num_workers=self.workers, seed=0, **options)
 
+    def _objects(self, arm: dict[str, Any]) -> Any:
+        """AISFileLister -> AISFileLoader (``concurrency`` GETs at a time, or Get-Batch with
+        ``batch_get`` names a request) on torch DataLoader, the listing sharded over workers."""
+        from torch.utils.data import DataLoader
+
+        import aisio
+
+        job = self.job
+        lister = aisio.AISFileLister([f"ais://{job['bucket']}/{job['prefix']}"],
+                                     url=job["endpoint"]).sharding_filter()
+        pipe = aisio.AISFileLoader(lister, url=job["endpoint"], **arm).map(_read_object)
+        return DataLoader(pipe, batch_size=self.batch, num_workers=self.workers,
+                          collate_fn=_collate_samples, persistent_workers=self.workers > 0)
+
     def iterate(self) -> Iterator[dict[str, Any]]:
+        if self.job["workload"] == "objects":
+            yield from self.loader
+            return
         for keys, data, cls in self.loader:
             yield {"key": keys, "data": data, "cls": cls}
 
     def close(self) -> None:
-        self.loader.shutdown()
+        if self.job["workload"] != "objects":
+            self.loader.shutdown()
+
+
+def _read_object(pair: tuple[str, Any]) -> tuple[str, bytes, int]:
+    url, stream = pair
+    try:
+        data = stream.read()
+    finally:
+        stream.close()
+    return _object_sample(url.partition("://")[2].partition("/")[2], data)
 
 
 class SDKLoader(Loader):
@@ -159,7 +211,24 @@ class SDKLoader(Loader):
         from aistore.sdk import Client
         from torch.utils.data import DataLoader
 
-        bucket = Client(job["endpoint"]).bucket(job["bucket"])
+        client = Client(job["endpoint"])
+        bucket = client.bucket(job["bucket"])
+        if job["workload"] == "objects":  # AISIterDataset (a GET each) or Get-Batch
+            from aistore.pytorch import AISIterDataset
+
+            # (aistore 2.0.0 has it, but its aistore.pytorch does not export it)
+            from aistore.pytorch.batch_iter_dataset import AISBatchIterDataset
+
+            arm = job.get("options", {})
+            prefix = {bucket: job["prefix"]}
+            dataset = (AISBatchIterDataset(bucket, client=client, prefix_map=prefix,
+                                           max_batch_size=int(arm.get("max_batch_size", 32)))
+                       if arm.get("dataset") == "batch"
+                       else AISIterDataset(bucket, prefix_map=prefix))
+            self.loader = DataLoader(dataset, batch_size=self.batch,
+                                     num_workers=self.workers, collate_fn=_collate_objects,
+                                     persistent_workers=self.workers > 0)
+            return
         reader = AISShardReader(bucket_list=bucket, prefix_map={bucket: list(job["tars"])})
         decode = self.decode
 
@@ -184,6 +253,9 @@ class S3TorchLoader(Loader):
         )
 
         os.environ.update(ACCESS)
+        if job["workload"] == "objects":
+            self.loader = self._objects(job.get("options", {}))
+            return
         shards = S3IterableDataset.from_objects(
             [f"s3://{job['bucket']}/{name}" for name in job["tars"]], region="us-east-1",
             endpoint=job["endpoint"] + "/s3", enable_sharding=True,
@@ -197,6 +269,31 @@ class S3TorchLoader(Loader):
 
         self.loader = torch.utils.data.DataLoader(
             Samples(), batch_size=self.batch, num_workers=self.workers,
+            collate_fn=_collate_samples, persistent_workers=self.workers > 0)
+
+
+    def _objects(self, arm: dict[str, Any]) -> Any:
+        """``S3MapDataset.from_prefix`` or ``S3IterableDataset.from_prefix`` (its listing),
+        or ``S3MapDataset.from_objects`` over the names listed by the suite (``dataset="uris"``:
+        AIStore's S3 listing fails the CRT), each object read whole, on torch DataLoader."""
+        import torch
+        from s3torchconnector import S3ClientConfig, S3IterableDataset, S3MapDataset
+
+        job = self.job
+        common: dict[str, Any] = {
+            "region": "us-east-1", "endpoint": job["endpoint"] + "/s3", "transform": _s3_object,
+            "s3client_config": S3ClientConfig(force_path_style=True)}
+        uri = f"s3://{job['bucket']}/{job['prefix']}"
+        kind = arm.get("dataset")
+        if kind == "uris":
+            dataset = S3MapDataset.from_objects(
+                [f"s3://{job['bucket']}/{name}" for name in job["objects"]], **common)
+        elif kind == "map":
+            dataset = S3MapDataset.from_prefix(uri, **common)
+        else:
+            dataset = S3IterableDataset.from_prefix(uri, enable_sharding=True, **common)
+        return torch.utils.data.DataLoader(
+            dataset, batch_size=self.batch, num_workers=self.workers,
             collate_fn=_collate_samples, persistent_workers=self.workers > 0)
 
 
@@ -345,8 +442,43 @@ def _progress(job: dict[str, Any], epoch: int, samples: int) -> None:
         Path(job["progress"]).write_text(json.dumps({"epoch": epoch, "samples": samples}))
 
 
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            with contextlib.suppress(OSError, ValueError):
+                kids = [int(k) for k in Path(f"/proc/{parent}/task/{task}/children")
+                        .read_text().split()]
+                out += kids
+                todo += kids
+    return out
+
+
+def tree_cpu_seconds() -> float:
+    """Returns the CPU seconds (user + system) of this process, its children already waited
+    for, and its live descendants (DataLoader workers, their threads)."""
+    import resource
+
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in _descendants(os.getpid()):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
+
+
 def _epochs(loader: Loader, epochs: int) -> dict[str, Any]:
     times, samples, gaps, first = [], [], [], None
+    cpu = tree_cpu_seconds()
     start = time.perf_counter()
     last = start
     for epoch in range(epochs):
@@ -366,7 +498,8 @@ def _epochs(loader: Loader, epochs: int) -> dict[str, Any]:
                 _progress(loader.job, epoch + 1, count)
         times.append(last - epoch_start)
         samples.append(count)
-    return {"first_s": first, "epoch_s": times, "epoch_samples": samples, "gap_s": gaps}
+    return {"first_s": first, "epoch_s": times, "epoch_samples": samples, "gap_s": gaps,
+            "cpu_s": tree_cpu_seconds() - cpu}
 
 
 # ---- processes ------------------------------------------------------------------------------
@@ -393,7 +526,7 @@ def main(argv: list[str]) -> None:
     os._exit(0)  # a resumed or killed job: no waiting on the loader's teardown
 
 
-__all__ = ["LOADERS", "decode_jpeg", "run", "tar_samples"]
+__all__ = ["LOADERS", "decode_jpeg", "object_label", "run", "tar_samples", "tree_cpu_seconds"]
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -212,6 +212,25 @@ def aisio_single(job: Job) -> Pass:
     return run
 
 
+def aisio_one_call(job: Job) -> Pass:
+    """``webdataset_dataloader`` in one process, what a user calls: batches of 64, the class
+    decoded and collated, payloads as bytes; without the sample shuffle (``shuffle=False``
+    in the options: issue #40's regression, runs of regular samples on 100 KiB members) or
+    with its default shuffle buffer. One loader, one epoch a pass."""
+    from aisio import Decoder, webdataset_dataloader
+
+    shuffle = bool(job.options.get("shuffle", False))
+    options: dict[str, Any] = {} if shuffle else {"shuffle_buffer": 0, "shuffle_shards": False}
+    loader = webdataset_dataloader(job.ais_names(), url=job.endpoint, num_workers=0,
+                                   batch_size=64, seed=0, decode=Decoder(None, only=["cls"]),
+                                   tuple_fields=("jpg", "cls"), **options)
+
+    def run() -> Counts:
+        return job.nbytes, sum(len(labels) for _, labels in loader)
+
+    return run
+
+
 def aisio_dl2(job: Job) -> Pass:
     """aisio's ``webdataset_pipe`` under DataLoader2, batched inside the workers."""
     workers = int(job.options.get("workers", 2))
@@ -268,6 +287,12 @@ ARMS: dict[str, dict[str, Arm]] = {
         "sdk-tarfile": Arm("SDK reader + tarfile r|", sdk_tarfile, "the 'tarfile arm'"),
         "webdataset": _WDS,
         "aisio": Arm("aisio lister -> loader -> parser", aisio_single, "one process"),
+        "aisio-one-call": Arm("aisio webdataset_dataloader, 0 workers, no shuffle",
+                              aisio_one_call, "batches of 64, cls decoded (#40's regression)",
+                              {"shuffle": False}),
+        "aisio-one-call-shuffled": Arm("aisio webdataset_dataloader, 0 workers",
+                                       aisio_one_call, "its default shuffle buffer",
+                                       {"shuffle": True}),
         **loader_arms("batches of {batch} in the workers", {"batch": 64},
                       one_worker=("dataloader2", "dataloader"), ordered=True),
     },

@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
         "environment of its own made from benchmarks/peers/locks (benchmarks/peers)")
     add("--systems", nargs="+", metavar="SYSTEM", help="--peers: only these systems (aisio "
         "litdata streaming s3torch sdk)")
+    add("--network", nargs="+", default=None, metavar="SPEC",
+        help="--peers: read over each of these networks in turn: none (loopback) or "
+        "rtt=<n>ms,rate=<n>gbit|mbit (toxiproxy delay and tc tbf, the client in a network "
+        "namespace of its own; needs root and Go), e.g. --network none rtt=1ms,rate=10gbit "
+        "rtt=5ms,rate=10gbit, or sweep: none, 1 and 5 ms at 10gbit, 5 ms at 1gbit (default: "
+        "none)")
     for name, (full, quick, what) in SIZES.items():
         add("--" + name.replace("_", "-"), type=int, default=None, metavar="N",
             help=f"{what} ({full:,}; --quick: {quick:,})")
@@ -205,8 +211,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def peers(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """``--peers``: runs :mod:`benchmarks.peers.run`, writes its outputs; 0, 1 if a system
     failed somewhere, 2 if the cluster cannot be reached."""
+    from benchmarks.net.spec import NetworkSpecError, parse_networks
     from benchmarks.peers import report as peers_report
     from benchmarks.peers.run import SYSTEMS, run_peers, sizes
+
+    try:
+        parse_networks(args.network or [])
+    except NetworkSpecError as exc:
+        print(f"aisio bench: error: {exc}", file=sys.stderr)
+        return 2
 
     cfg = {**sizes(args.quick, {"repeat": args.repeat}), "seed": args.seed, "quick": args.quick}
     systems = tuple(s for s in SYSTEMS if not args.systems or s in args.systems)
@@ -214,7 +227,8 @@ def peers(args: argparse.Namespace, argv: Sequence[str]) -> int:
         # --arm-timeout left at its default: a job of the peers' sizes that takes longer hangs
         timeout = args.arm_timeout if args.arm_timeout != 1800.0 else (120.0 if args.quick
                                                                          else 600.0)
-        report = run_peers(args.endpoint, cfg, systems, timeout)
+        networks = tuple(parse_networks(args.network or ["none"]))
+        report = run_peers(args.endpoint, cfg, systems, timeout, networks)
     except AISIOError as exc:
         print(f"aisio bench: error: {exc}", file=sys.stderr)
         return 2
@@ -228,7 +242,8 @@ def peers(args: argparse.Namespace, argv: Sequence[str]) -> int:
     peers_report.plot(report, args.out / "results.png")
     print(table)
     _log(f"aisio bench: wrote {args.out / 'table.md'}, results.json and results.png")
-    rows = [*report["throughput"], *report["fresh"], *report["resume"]]
+    rows = [*report["throughput"], *report["fresh"], *report["resume"],
+            *({"ok": False} for net in report.get("networks", []) if "error" in net)]
     return 1 if any(not row["ok"] for row in rows) else 0
 
 

@@ -268,6 +268,14 @@ def _after_mtime_header(buf: bytes, pos: int, size_d: bytes, chk_d: bytes, limit
     return after if record is not None and int(record[1]) == size else 0
 
 
+_SMALL = 1 << 15
+"""Runs are for samples of this size or less (32 KiB). Once a run, or a member, shows bigger
+ones, the rest of the shard goes member by member: a run saves a few microseconds of Python
+per sample, nothing beside a 100 KiB member's bytes, while looking for one in every buffer
+(where few whole big samples fit) cost ~10 us of CPU a sample (benchmarks/README.md, the 100
+KiB no-shuffle regression)."""
+
+
 def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None,
           runs: RunPlan | None = None) -> Iterator[Any]:
     """Yields samples (or ``(sample, end)`` pairs) from ``reader`` (see :func:`iter_samples`)."""
@@ -314,7 +322,9 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None
                             # Small samples (32 KiB or less): from now on the buffer is filled
                             # whole (a run's cost is mostly per buffer; big members are better
                             # read as they come, with no joining of reads).
-                            src.gather = run.stop - pos <= len(run.values) << 15
+                            src.gather = run.stop - pos <= len(run.values) * _SMALL
+                            if not src.gather:
+                                runs = None  # big samples: member by member (see _SMALL)
                             busy += clock() - resumed
                             if sample is not None:  # the run's first sample ends this one
                                 members += len(sample) - 2
@@ -414,6 +424,8 @@ def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None
                         raise duplicate
                     sample[suffix] = data  # type: ignore[index]
                     end = base + stop
+                    if runs is not None and len(data) > _SMALL:
+                        runs = None  # big samples: member by member (see below)
             except ShardFormatError as exc:
                 if exc is not duplicate:
                     reader.reraise(exc)

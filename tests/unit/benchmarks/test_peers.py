@@ -74,3 +74,25 @@ def test_markdown_says_where_a_system_cannot_resume() -> None:
     table = markdown(report)
     assert "| aisio | yes | 2.00 | 1.00× | — |" in table
     assert "no loader state: a restart reads the epoch again | 4.00 | 2.00× |" in table
+
+
+def test_markdown_puts_each_network_and_its_probe_above_its_tables() -> None:
+    def row(system: str, network: str, rate: float) -> dict[str, object]:
+        return {"workload": "objects", "workers": 0, "system": system, "ok": True,
+                "network": network, "epoch1_per_s": rate, "epoch2_per_s": rate,
+                "first_s": 0.1, "gap_s": 0.01, "peak_mb": 300.0, "cache_mb": 0.0,
+                "cpu_s_per_gb": 2.5}
+
+    report = {"systems": ["aisio", "sdk"], "networks": [
+        {"network": "loopback", "probe": {"rtt_ms": 0.2, "rtt_p90_ms": 0.3, "mbit_s": 9000.0,
+                                          "probe_bytes": 16 << 20}},
+        {"network": "rtt=5ms,rate=1gbit", "error": "`ip` cannot run"}],
+        "throughput": [row("aisio-getbatch", "loopback", 100.0),
+                       row("sdk-iter", "loopback", 50.0)]}
+    table = markdown(report)
+    assert "### Network: loopback" in table
+    assert "RTT 0.20 ms median (p90 0.30)" in table and "9,000 Mbit/s" in table
+    assert "### Network: rtt=5ms,rate=1gbit" in table and "Could not be made" in table
+    assert "| SDK AISIterDataset | 50 | 0.50× |" in table
+    assert table.index("### Network: loopback") < table.index("| SDK AISIterDataset")
+    assert "| 2.5 |" in table  # client CPU s/GB

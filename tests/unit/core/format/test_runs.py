@@ -311,3 +311,47 @@ def test_a_read_that_fails_while_gathering_loses_no_sample_read_before_it(fail: 
     with_runs, per_member = read(plan), read(None)
     assert with_runs[:len(per_member)] == per_member
     assert len(per_member) >= fail // 2048 - 2 and len(with_runs) - len(per_member) <= 1
+
+
+def test_big_samples_are_read_member_by_member() -> None:
+    """Runs are for small samples: once a member of more than 32 KiB is read, the rest of the
+    shard goes member by member, and no run is looked for again (looking for one in every
+    buffer cost more than the per-sample Python it saves: the 100 KiB no-shuffle regression,
+    benchmarks/README.md). Small samples keep their runs to the end of the shard."""
+    import aisio.core.format.samples as samples_module
+
+    def big(samples: int) -> bytes:
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for i in range(samples):
+                _add(tar, f"s{i:05d}.jpg", bytes([i % 256]) * 40_000)
+                _add(tar, f"s{i:05d}.cls", str(i).encode())
+        return out.getvalue()
+
+    plan = RunPlan.of(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
+    stage = SampleStage(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
+    raw = big(200)  # ~8 MB: eight 1 MiB buffers, each with room for a run of >= 8 samples
+    calls: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[1])
+        return regular_run(*args, **kwargs)
+
+    original = samples_module.regular_run
+    samples_module.regular_run = counted  # type: ignore[assignment]
+    try:
+        for bufsize in (1 << 20, 65_536):
+            calls.clear()
+            items = list(iter_samples(io.BytesIO(raw), url=URL, tag=TAG, runs=plan,
+                                      bufsize=bufsize))
+            assert not any(type(item) is Columns for item in items)
+            assert len(items) == 200 and len(calls) <= 1
+    finally:
+        samples_module.regular_run = original  # type: ignore[assignment]
+    per_member = _staged(lambda: iter_samples(io.BytesIO(raw), url=URL, tag=TAG), stage)
+    assert _staged(lambda: iter(items), stage)[:2] == per_member[:2]
+    small = _regular(3000)
+    assert len(small) > 2 << 20
+    runs = [item for item in iter_samples(io.BytesIO(small), url=URL, tag=TAG, runs=plan)
+            if type(item) is Columns]
+    assert len(runs) >= 3
