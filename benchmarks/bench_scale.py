@@ -5,8 +5,8 @@ workers, and a listing of a million objects.
 way through an epoch (no 8,192 processes: each rank's progress is made as its readers would have
 left it) and measures what the job does with them: each rank's state (bytes), the gather
 (pickled bytes, as ``all_gather_object`` sends them; the time to pickle and unpickle), the merge
-at rank 0, the merged state (bytes), and the load on a rank (JSON, ``from_state``, the tasks
-left). It runs the same at fewer ranks too, and prints how each figure grows.
+at rank 0, the merged state (bytes), and the load on a reader (the JSON state read, its rank's
+share of what is left dealt). It runs the same at fewer ranks too, and prints how each figure grows.
 
 ``listing``: puts ``--objects`` empty objects in a bucket (or lists ``--bucket``), then, in a new
 process each time, lists it as a loader does (rank 0 alone) and measures the time, the requests,
@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aisio.core.epochs.progress import EpochProgress, _Partial, merge_states, state_size
+from aisio.core.epochs.split import Deal
 from aisio.core.store.sources import ObjectRef
 from aisio.core.store.urls import AISPath, Bucket
 
@@ -97,12 +98,13 @@ def measure_state(ranks: int, workers: int, shards: list[ObjectRef], *, samples:
     pickling, _ = timed(lambda: pickle.loads(pickle.dumps(states, pickle.HIGHEST_PROTOCOL)))
     merging, merged = timed(lambda: merge_states(states))
     text = json.dumps(merged)
-    loading, left = timed(lambda: EpochProgress.from_state(json.loads(text), shards).tasks(
-        shards, shuffle=True))
+    # what each reader does when the epoch resumes: read the state, take its rank's share
+    loading, mine = timed(lambda: Deal(shards, 0, 0, shuffle=True, world=ranks,
+                                       resume=json.loads(text)).tasks(0))
     assert merged["delivered"] == sum(s["delivered"] for s in states)
     return {"ranks": ranks, "rank_state_kb": statistics.median(map(state_size, states)) / 1e3,
             "gathered_mb": len(gathered) / 1e6, "pickle_s": pickling, "merge_s": merging,
-            "merged_kb": state_size(merged) / 1e3, "load_s": loading, "tasks_left": len(left)}
+            "merged_kb": state_size(merged) / 1e3, "load_s": loading, "rank_tasks": len(mine)}
 
 
 def run_state(args: argparse.Namespace) -> None:
@@ -111,7 +113,7 @@ def run_state(args: argparse.Namespace) -> None:
           f"{args.samples} samples, {args.workers} workers a rank, {args.above} samples out of "
           "order in each reader's shard in progress; medians of 3")
     columns = ("ranks", "rank_state_kb", "gathered_mb", "pickle_s", "merge_s", "merged_kb",
-               "load_s", "tasks_left")
+               "load_s", "rank_tasks")
     print(" ".join(f"{c:>13}" for c in columns))
     rows = []
     for ranks in args.ranks:

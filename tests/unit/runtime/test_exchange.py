@@ -88,3 +88,41 @@ def test_every_rank_asking_at_once_gets_the_same_states() -> None:
         thread.join(timeout=60)
     assert results[0] == results[1] == results[2] == [{"rank": r, "at": [0, 4]}
                                                       for r in range(3)]
+
+
+def test_an_idle_rank_looks_at_the_store_less_and_less_and_often_while_an_ask_is_open(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every rank looks at rank 0's store: every 20 ms for the whole job would be ~51,000
+    requests a second at 1,024 ranks. Idle, the looks back off to one every _IDLE seconds;
+    while an ask is open (a rank behind the asked step), they come every _POLL seconds."""
+    import json
+
+    from aisio.runtime import exchange as module
+
+    class Stop(Exception):
+        pass
+
+    store = dist.HashStore()
+    loader = Rank(1)  # at (0, 0): behind the step it will be asked for
+    answering = StateExchange(dist.PrefixStore("t/", store), 1, 2, loader)
+    pauses: list[float] = []
+
+    class Clock:
+        @staticmethod
+        def monotonic() -> float:
+            return 0.0
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            pauses.append(seconds)
+            if len(pauses) == 10:  # rank 0 asks for step 5 of epoch 0
+                asker = dist.PrefixStore("t/", store)
+                asker.set(f"ask/{int(asker.add('asks', 1))}", json.dumps([0, 5]))
+            if len(pauses) == 14:
+                raise Stop
+
+    monkeypatch.setattr(module, "time", Clock)
+    with pytest.raises(Stop):
+        answering._answer()  # the answering thread's loop, here
+    assert pauses[:10] == [0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.0, 2.0, 2.0, 2.0]
+    assert pauses[10:] == [module._POLL] * 4
