@@ -189,3 +189,30 @@ def own_ring(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(ring_module, "_ring", ring_module.Ring(slots=2))
     yield
     ring_module._held.clear()
+
+
+class FakeClock:
+    """``time`` for the HTTP client and its view of the cluster: ``sleep`` advances
+    ``monotonic`` and is recorded (retries and waits, without waiting)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    from aisio.core.store import client as client_module
+    from aisio.core.store import cluster as cluster_module
+
+    fake = FakeClock()
+    monkeypatch.setattr(client_module, "time", fake)
+    monkeypatch.setattr(cluster_module, "time", fake)
+    return fake

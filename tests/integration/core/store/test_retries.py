@@ -17,22 +17,8 @@ import aisio
 from aisio.core.store import client as client_module
 from aisio.core.store.client import FORMING_POLL, Client, client_for
 from aisio.core.store.urls import AISPath, Bucket
+from tests.conftest import FakeClock
 from tests.faultproxy import fault_proxy
-
-
-class FakeClock:
-    """``time`` for aisio.core.store.client: ``sleep`` advances ``monotonic`` and is recorded."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
 
 
 class RecordingRandom(random.Random):
@@ -46,13 +32,6 @@ class RecordingRandom(random.Random):
         value = super().uniform(a, b)
         self.calls.append((a, b, value))
         return value
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(client_module, "time", fake)
-    return fake
 
 
 def _error(tcode: str, status: int = 400) -> tuple[int, bytes]:

@@ -16,10 +16,9 @@ import pytest
 import requests
 
 import aisio
-from aisio.core.store import client as client_module
-from aisio.core.store import cluster as cluster_module
 from aisio.core.store.cluster import ClusterView, proxies_of
 from aisio.core.store.urls import AISPath, Bucket, object_url
+from tests.conftest import FakeClock
 from tests.unit.core.store.scripted import (
     PROXY,
     TARGET,
@@ -35,29 +34,6 @@ AT_TARGET = object_url(TARGET, OBJECT)
 DATA = bytes(range(256)) * 40
 REFUSED = requests.ConnectionError("[Errno 111] Connection refused (scripted)")
 GONE = answer(404, b'{"tcode":"ErrNotFound","message":"t[x]: ais://b/o does not exist"}')
-
-
-class FakeClock:
-    """``time`` for the client and the view: ``sleep`` advances ``monotonic``, recorded."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(client_module, "time", fake)
-    monkeypatch.setattr(cluster_module, "time", fake)
-    return fake
 
 
 def smap(*proxies: str, version: int = 7, primary: int = 0) -> bytes:
