@@ -69,6 +69,7 @@ def whole(pg: Playground) -> None:
             pg.wait_rebalance(timeout=WAIT)
             pg.stop_maintenance(node.name)
     while sum(n.role == "target" for n in pg.nodes) < 3:
+        pg.wait_rebalance(timeout=WAIT)  # a node joining while one runs exits (a decommission's)
         pg.add_target(timeout=WAIT)
     pg.wait_ready(timeout=WAIT)
     pg.wait_rebalance(timeout=WAIT)
