@@ -370,7 +370,11 @@ class PlaygroundBase:
         """Starts one node process from the configs already written for it; ``ntargets`` for
         a primary that starts a cluster, ``primary_url`` for a node that joins one."""
         home = self.root / node.name
-        cmd = [str(binary), f"-config={self.root / 'cluster.json'}",
+        # Each node its own copy of the cluster config: a node decommissioned with its data
+        # deletes the config file it was started with, which no later node could then read.
+        config = home / "cluster.json"
+        shutil.copyfile(self.root / "cluster.json", config)  # (as the playground has it now)
+        cmd = [str(binary), f"-config={config}",
                f"-local_config={home / 'local.json'}", f"-role={node.role}"]
         if ntargets is not None:
             cmd.append(f"-ntargets={ntargets}")
