@@ -272,15 +272,22 @@ class Client:
             self.cluster.learned = True
             self._ask_map(self.endpoint)
 
-    def _ask_map(self, base: str) -> bool:
+    def _map(self, base: str) -> dict[str, Any] | None:
+        """Returns the cluster map as the node at ``base`` has it, or None (no answer, or not
+        one: asking is advisory)."""
         try:
             resp = self.session.get(f"{base}/v1/daemon?what=smap", timeout=MAP_TIMEOUT)
-            if resp.status_code != 200:
-                return False
-            self.cluster.learn(resp.json())
-            return True
-        except (requests.RequestException, ValueError, AttributeError):
-            return False
+            smap = resp.json() if resp.status_code == 200 else None
+        except (requests.RequestException, ValueError):
+            return None
+        return smap if isinstance(smap, dict) else None
+
+    def _ask_map(self, base: str) -> bool:
+        """Learns the map of the node at ``base``; returns whether it gave one."""
+        smap = self._map(base)
+        if smap is not None:
+            self.cluster.learn(smap)
+        return smap is not None
 
     def _rediscover(self) -> bool:
         """Asks the other nodes known for the cluster map (a new primary, new proxies); returns
@@ -297,14 +304,8 @@ class Client:
         if self.cluster.recent_event(self.config.cluster_wait):
             return True
         baseline = self.cluster.baseline
-        if baseline is None:
-            return False
-        try:
-            resp = self.session.get(f"{self.endpoint}/v1/daemon?what=smap", timeout=MAP_TIMEOUT)
-            version = str(resp.json().get("version")) if resp.status_code == 200 else baseline
-        except (requests.RequestException, ValueError, AttributeError):
-            return False
-        return version != baseline
+        smap = self._map(self.endpoint) if baseline is not None else None
+        return smap is not None and str(smap.get("version")) != baseline
 
     # ---- buckets ---------------------------------------------------------------------------
     def create_bucket(self, bucket: Bucket, *, exist_ok: bool = False) -> None:

@@ -69,11 +69,15 @@ class ClusterView:
     @property
     def current(self) -> str:
         """Returns the proxy to ask now: the first one not known to be down (else the first)."""
+        if not self.down:
+            return self.proxies[0]
         with self.lock:
             return next((p for p in self.proxies if p not in self.down), self.proxies[0])
 
     def route(self, url: str) -> str:
         """Returns ``url`` sent to the current proxy when it names a proxy known to be down."""
+        if not self.down:  # (every request asks: nothing to parse while every proxy answers)
+            return url
         base = base_of(url)
         if base not in self.down:
             return url
