@@ -221,7 +221,9 @@ def peers(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"aisio bench: error: {exc}", file=sys.stderr)
         return 2
 
-    cfg = {**sizes(args.quick, {"repeat": args.repeat}), "seed": args.seed, "quick": args.quick}
+    overrides = {"repeat": args.repeat, "objects": args.objects, "large_shards": args.large_shards,
+                 "small_shards": args.small_shards, "small_per_shard": args.small_members}
+    cfg = {**sizes(args.quick, overrides), "seed": args.seed, "quick": args.quick}
     systems = tuple(s for s in SYSTEMS if not args.systems or s in args.systems)
     try:
         # --arm-timeout left at its default: a job of the peers' sizes that takes longer hangs
