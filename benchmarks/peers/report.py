@@ -181,6 +181,8 @@ def markdown(report: dict[str, Any]) -> str:
                              f"{_n(r['get_mb'], ',.1f')} ({_n(r['epoch_mb'], ',.1f')})",
                              str(r["lost"]), str(r["repeated"]), _n(r["peak_mb"]),
                              _n(r["cache_mb"])]))
+    if len([n for n in report.get("networks", []) if "error" not in n]) > 1:
+        out += ["", "### Across networks", "", across_markdown(report)]
     out += ["", *[f"- {note}" for note in report.get("notes", [])], ""]
     return "\n".join(out)
 
@@ -230,4 +232,107 @@ def plot(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-__all__ = ["add_ratios", "markdown", "plot", "to_best", "write_json"]
+# ---- across networks: one row per reader, a column per network --------------------------------
+def _is_aisio(system: str) -> bool:
+    return system == "aisio" or system.startswith("aisio-")
+
+
+def across(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Returns one entry per (workload, workers): each reader's epoch-1 and epoch-2 rates per
+    network, aisio's best (without the ShardCache arm, which runs on slow links only) over the
+    best peer's on each network, and aisio's own rate on each network over its loopback rate."""
+    nets = [n["network"] for n in report.get("networks", []) if "error" not in n] or ["loopback"]
+    groups: dict[tuple[str, int], dict[str, dict[str, dict[str, Any]]]] = {}
+    for row in report.get("throughput", []):
+        by_net = groups.setdefault((row["workload"], row["workers"]), {})
+        by_net.setdefault(_network(row), {})[row["system"]] = row
+    out = []
+    for (workload, workers), by_net in groups.items():
+        systems = list(dict.fromkeys(s for rows in by_net.values() for s in rows))
+        entry: dict[str, Any] = {"workload": workload, "workers": workers, "networks": nets,
+                                 "rates": {}, "aisio_vs_peer": {}, "aisio_kept": {}}
+        for key in ("epoch1_per_s", "epoch2_per_s"):
+            rates = {s: [_rate(by_net, n, s, key) for n in nets] for s in systems}
+            entry["rates"][key] = rates
+            ours = [max((r for s, rs in rates.items() if _is_aisio(s) and s != "aisio-cache"
+                         for r in [rs[i]] if r is not None), default=None)
+                    for i in range(len(nets))]
+            peer = [max((r for s, rs in rates.items() if not _is_aisio(s)
+                         for r in [rs[i]] if r is not None), default=None)
+                    for i in range(len(nets))]
+            entry["aisio_vs_peer"][key] = [None if a is None or not p else a / p
+                                           for a, p in zip(ours, peer, strict=True)]
+            entry["aisio_kept"][key] = [None if a is None or not ours[0] else a / ours[0]
+                                        for a in ours]
+        out.append(entry)
+    return out
+
+
+def _rate(by_net: dict[str, dict[str, dict[str, Any]]], network: str, system: str,
+          key: str) -> float | None:
+    row = by_net.get(network, {}).get(system)
+    return None if row is None or not row["ok"] else row.get(key)
+
+
+def across_markdown(report: dict[str, Any]) -> str:
+    """Returns the across-networks table: epoch 1 (whole epoch) and epoch 2 (steady state)
+    samples/s of every reader on each network, aisio's best ÷ the best peer, and aisio's rate
+    ÷ its own loopback rate."""
+    titles = {"large": "100 KiB samples", "small": "2 KiB samples", "decode": "JPEG decode",
+              "objects": "objects one by one"}
+    out = []
+    for entry in across(report):
+        nets = entry["networks"]
+        out += ["", f"**{titles.get(entry['workload'], entry['workload'])}, "
+                f"{entry['workers']} workers** — samples/s, epoch 1 / epoch 2", "",
+                _row(["reader", *nets]), _row(["---"] + ["---:"] * len(nets))]
+        e1, e2 = entry["rates"]["epoch1_per_s"], entry["rates"]["epoch2_per_s"]
+        for system in e1:
+            out.append(_row([LABELS.get(system, system)]
+                            + [f"{_n(a)} / {_n(b)}" for a, b in
+                               zip(e1[system], e2[system], strict=True)]))
+        for key, label in (("aisio_vs_peer", "aisio ÷ best peer"),
+                           ("aisio_kept", "aisio ÷ aisio on " + nets[0])):
+            out.append(_row([f"*{label}*"] + [f"{_x(a)} / {_x(b)}" for a, b in zip(
+                entry[key]["epoch1_per_s"], entry[key]["epoch2_per_s"], strict=True)]))
+    return "\n".join(out)
+
+
+def plot_networks(report: dict[str, Any], path: Path) -> None:
+    """Plots each reader's epoch-1 rate over the networks, one panel per workload and
+    workers (log scale: the readers differ by orders of magnitude on objects)."""
+    entries = [e for e in across(report) if len(e["networks"]) > 1]
+    if not entries:
+        return
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        warnings.warn("matplotlib is missing: no plot", stacklevel=2)
+        return
+    cols = min(len(entries), 4)
+    rows = -(-len(entries) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False)
+    for ax, entry in zip(axes.flat, entries, strict=False):
+        nets = entry["networks"]
+        for system, rates in entry["rates"]["epoch1_per_s"].items():
+            xs = [i for i, r in enumerate(rates) if r]
+            ax.plot(xs, [rates[i] for i in xs], marker="o", label=LABELS.get(system, system),
+                    linewidth=2.2 if _is_aisio(system) else 1.0,
+                    linestyle="-" if _is_aisio(system) else "--")
+        ax.set_xticks(range(len(nets)), [n.replace(",", "\n") for n in nets], fontsize=7)
+        ax.set_yscale("log")
+        ax.set_title(f"{entry['workload']}, {entry['workers']} workers", fontsize=9)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(entries):]:
+        ax.set_visible(False)
+    axes[0][0].set_ylabel("epoch 1 samples/s")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+__all__ = ["across", "across_markdown", "add_ratios", "markdown", "plot", "plot_networks",
+           "to_best", "write_json"]

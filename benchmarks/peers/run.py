@@ -242,13 +242,18 @@ class PeersRun:
     def prepare(self) -> None:
         """Generates, uploads and converts every workload's data."""
         c = self.cfg
-        self.data["large"] = self.up.random_shards("peers-large", c["large_shards"],
-                                                   c["large_per_shard"], 100 * 1024, salt=11)
-        self.data["small"] = self.up.random_shards("peers-small", c["small_shards"],
-                                                   c["small_per_shard"], 2 * 1024, salt=12)
-        self.data["decode"] = self.up.jpeg_shards("peers-decode", c["jpegs"],
-                                                  c["jpegs_per_shard"], c["jpeg_px"], salt=13)
-        if c["objects"]:
+        only = set(c.get("only") or ("large", "small", "decode", "objects"))
+        if "large" in only:
+            self.data["large"] = self.up.random_shards("peers-large", c["large_shards"],
+                                                       c["large_per_shard"], 100 * 1024, salt=11)
+        if "small" in only:
+            self.data["small"] = self.up.random_shards("peers-small", c["small_shards"],
+                                                       c["small_per_shard"], 2 * 1024, salt=12)
+        if "decode" in only:
+            self.data["decode"] = self.up.jpeg_shards("peers-decode", c["jpegs"],
+                                                      c["jpegs_per_shard"], c["jpeg_px"],
+                                                      salt=13)
+        if c["objects"] and "objects" in only:
             self.data["objects"] = put_objects(self.up, "peers-objects", c["objects"],
                                                c["object_min_kib"], c["object_max_kib"], 14)
         for system in self.systems:
@@ -306,9 +311,10 @@ class PeersRun:
         """Returns ``(arm, system, options)`` of each arm run on ``workload`` over
         ``network``: every system on shards (and aisio with a ShardCache over a link of
         ``CACHE_RATE`` or less), the object readers on ``objects``."""
+        chosen = self.cfg.get("arms")
         if workload == "objects":
             return [(arm, system, options) for arm, (system, options) in OBJECT_ARMS.items()
-                    if system in self.systems]
+                    if system in self.systems and (not chosen or arm in chosen)]
         arms: list[tuple[str, str, dict[str, Any]]] = [(system, system, {})
                                                        for system in self.systems]
         slow = network is not None and network.rate_bit is not None \
@@ -503,7 +509,7 @@ def run_peers(endpoint_arg: str | None, cfg: dict[str, Any], systems: tuple[str,
                              f"{describe_probe(measured)}")
                         report["networks"].append({"network": label, "probe": measured})
                         report["throughput"] += peers.throughput(network)
-                        if index == 0:
+                        if index == 0 and "small" in peers.data:
                             report["fresh"] = peers.fresh_jobs()
                             report["resume"] = peers.resume()
                         runner.close()

@@ -99,8 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--out", type=Path, default=Path("bench-results"), help="output directory (%(default)s)")
     add("--quick", action="store_true", help="small sizes and one pass: well under a minute")
     add("--only", nargs="+", choices=WORKLOADS, metavar="WORKLOAD",
-        help=f"run only these workloads ({', '.join(WORKLOADS)})")
-    add("--arms", nargs="+", metavar="ARM", help="run only these arms (e.g. aisio requests)")
+        help=f"run only these workloads ({', '.join(WORKLOADS)}; --peers: large, small, "
+        "decode, objects)")
+    add("--arms", nargs="+", metavar="ARM", help="run only these arms (e.g. aisio requests; "
+        "--peers: the objects workload's, e.g. aisio-getbatch sdk-getbatch)")
     add("--seed", type=int, default=0, help="seed of the generated data (%(default)s)")
     add("--warmup", type=int, default=1, help="untimed passes before the timed ones (1)")
     add("--concurrency", type=int, default=8, help="aisio loader threads for objects (8)")
@@ -223,7 +225,8 @@ def peers(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     overrides = {"repeat": args.repeat, "objects": args.objects, "large_shards": args.large_shards,
                  "small_shards": args.small_shards, "small_per_shard": args.small_members}
-    cfg = {**sizes(args.quick, overrides), "seed": args.seed, "quick": args.quick}
+    cfg = {**sizes(args.quick, overrides), "seed": args.seed, "quick": args.quick,
+           "only": args.only, "arms": args.arms}
     systems = tuple(s for s in SYSTEMS if not args.systems or s in args.systems)
     try:
         # --arm-timeout left at its default: a job of the peers' sizes that takes longer hangs
@@ -242,6 +245,7 @@ def peers(args: argparse.Namespace, argv: Sequence[str]) -> int:
     (args.out / "table.md").write_text(table)
     peers_report.write_json(report, args.out / "results.json")
     peers_report.plot(report, args.out / "results.png")
+    peers_report.plot_networks(report, args.out / "networks.png")
     print(table)
     _log(f"aisio bench: wrote {args.out / 'table.md'}, results.json and results.png")
     rows = [*report["throughput"], *report["fresh"], *report["resume"],

@@ -7,7 +7,7 @@ import io
 import tarfile
 
 from benchmarks.peers.envs import env_key
-from benchmarks.peers.report import add_ratios, markdown, to_best
+from benchmarks.peers.report import across, add_ratios, markdown, to_best
 from benchmarks.peers.run import exactly_once, sizes
 from benchmarks.peers.side import tar_samples
 
@@ -96,3 +96,32 @@ def test_markdown_puts_each_network_and_its_probe_above_its_tables() -> None:
     assert "| SDK AISIterDataset | 50 | 0.50× |" in table
     assert table.index("### Network: loopback") < table.index("| SDK AISIterDataset")
     assert "| 2.5 |" in table  # client CPU s/GB
+
+
+def test_across_networks_compares_aisio_with_the_best_peer_and_with_its_own_loopback() -> None:
+    def row(system: str, network: str, e1: float | None, e2: float = 10.0) -> dict[str, object]:
+        return {"workload": "objects", "workers": 2, "system": system, "ok": e1 is not None,
+                "network": network, "epoch1_per_s": e1, "epoch2_per_s": e2, "error": "x",
+                "first_s": 0.1, "gap_s": 0.01, "peak_mb": 300.0, "cache_mb": 0.0}
+
+    nets = ["loopback", "rtt=1ms,rate=10gbit", "rtt=5ms,rate=10gbit"]
+    report = {"networks": [{"network": n} for n in nets] + [
+        {"network": "rtt=9ms", "error": "could not be made"}],
+        "throughput": [
+            row("aisio-getbatch", nets[0], 1000.0), row("aisio-threads", nets[0], 400.0),
+            row("sdk-iter", nets[0], 500.0), row("s3torch-uris", nets[0], 250.0),
+            row("aisio-getbatch", nets[1], 900.0), row("aisio-threads", nets[1], 950.0),
+            row("sdk-iter", nets[1], 100.0), row("s3torch-uris", nets[1], None),
+            row("aisio-getbatch", nets[2], 500.0), row("aisio-threads", nets[2], 100.0),
+            row("aisio-cache", nets[2], 9000.0), row("sdk-iter", nets[2], 50.0),
+            row("s3torch-uris", nets[2], 200.0)]}
+    (entry,) = across(report)
+    assert entry["networks"] == nets  # the network that could not be made is left out
+    assert entry["rates"]["epoch1_per_s"]["s3torch-uris"] == [250.0, None, 200.0]
+    # aisio's best arm (never the ShardCache arm) over the best peer that read on that network
+    assert entry["aisio_vs_peer"]["epoch1_per_s"] == [2.0, 9.5, 2.5]
+    assert entry["aisio_kept"]["epoch1_per_s"] == [1.0, 0.95, 0.5]
+    table = markdown(report)
+    assert "### Across networks" in table
+    assert "| *aisio ÷ best peer* | 2.00× / 1.00× | 9.50× / 1.00× | 2.50× / 1.00× |" in table
+    assert "| s3torch S3MapDataset.from_objects | 250 / 10 | — / — | 200 / 10 |" in table
