@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import math
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -212,51 +214,129 @@ class Fetcher:
 
     def _batched(self, requests: Iterable[tuple[Any, ObjectRef, int]]
                  ) -> Iterator[tuple[Any, IO[bytes]]]:
-        group: list[tuple[Any, ObjectRef, int]] = []
-        for request in requests:
-            ref = request[1]
-            if group and (self.etl_of(ref) is not None or request[2] or self.client(ref) is not
-                          self.client(group[0][1]) or ref.path.bucket != group[0][1].path.bucket
-                          or len(group) == self.batch_get):
-                yield from self._flush(group)
-                group = []
-            group.append(request)
-        yield from self._flush(group)
+        """Yields the objects of Get-Batch groups in order, the next groups' requests in
+        flight while this one is used (how many: :class:`AheadDepth`, from what it measures)."""
+        depth = AheadDepth()
+        window: deque[tuple[list[tuple[Any, ObjectRef, int]], Future[_Group]]] = deque()
+        pool = ThreadPoolExecutor(AheadDepth.MOST, thread_name_prefix="aisio-batch")
+        groups = self._groups(requests)
+        ended, error = False, None
+        try:
+            while True:
+                while not ended and len(window) <= depth.now:
+                    try:
+                        group = next(groups)
+                    except StopIteration:
+                        ended = True
+                        break
+                    except Exception as exc:  # a bad name: raised after the groups before it
+                        ended, error = True, exc
+                        break
+                    window.append((group, pool.submit(self._fetch_group, group)))
+                if not window:
+                    if error is not None:
+                        raise error
+                    return
+                group, future = window.popleft()
+                fetched = future.result()
+                began = time.monotonic()
+                yield from self._deliver(group, fetched)
+                depth.learn(fetched.seconds, time.monotonic() - began, fetched.nbytes)
+        finally:
+            # As in _threaded: stopping early does not wait for the requests in flight.
+            pool.shutdown(wait=False, cancel_futures=True)
 
-    def _flush(self, group: list[tuple[Any, ObjectRef, int]]) -> Iterator[tuple[Any, IO[bytes]]]:
-        """Yields a group's objects from one Get-Batch; what it could not give, one by one."""
-        if not group:
-            return
-        done = 0
+    def _groups(self, requests: Iterable[tuple[Any, ObjectRef, int]]
+                ) -> Iterator[list[tuple[Any, ObjectRef, int]]]:
+        """Yields the requests in groups of consecutive objects one Get-Batch can read."""
+        group: list[tuple[Any, ObjectRef, int]] = []
+        try:
+            for request in requests:
+                ref = request[1]
+                if group and (self.etl_of(ref) is not None or request[2]
+                              or self.client(ref) is not self.client(group[0][1])
+                              or ref.path.bucket != group[0][1].path.bucket
+                              or len(group) == self.batch_get):
+                    yield group
+                    group = []
+                group.append(request)
+        except Exception:  # a bad name further on: the objects named before it are still read
+            if group:
+                yield group
+            raise
+        if group:
+            yield group
+
+    def _fetch_group(self, group: list[tuple[Any, ObjectRef, int]]) -> _Group:
+        """Reads a group's objects with one Get-Batch (in a thread of :meth:`_batched`); stops
+        at the first refusal, which :meth:`_deliver` then reads one by one."""
+        began = time.monotonic()
+        fetched = _Group()
         first = group[0][1]
         if self.etl_of(first) is None and not group[0][2] and len(group) > 1:
-            batch = get_batch(self.client(first), first.path.bucket,
-                              [ref.path.obj for _, ref, _ in group])
-            while True:
-                try:
-                    _, data = next(batch)
-                except StopIteration:
-                    break
-                except AISIOError as exc:
-                    log.debug("aisio: Get-Batch refused (%s); reading %d object(s) one by one",
-                              exc, len(group) - done)
-                    break
-                key, ref, _ = group[done]
-                done += 1
-                if data is None:
-                    self.policy.handle(ObjectNotFoundError(
-                        f"object {ref.path.uri()} does not exist; check the name, or list the "
-                        "bucket to see what is there", url=ref.path.uri(),
-                        missing=(ref.path.uri(),)), ref.uri())
-                    continue
-                yield key, io.BytesIO(data)
-        for key, ref, start in group[done:]:
+            try:
+                for _, data in get_batch(self.client(first), first.path.bucket,
+                                         [ref.path.obj for _, ref, _ in group]):
+                    fetched.data.append(data)
+                    fetched.nbytes += len(data or b"")
+            except AISIOError as exc:
+                log.debug("aisio: Get-Batch refused (%s); reading %d object(s) one by one",
+                          exc, len(group) - len(fetched.data))
+        fetched.seconds = time.monotonic() - began
+        return fetched
+
+    def _deliver(self, group: list[tuple[Any, ObjectRef, int]], fetched: _Group
+                 ) -> Iterator[tuple[Any, IO[bytes]]]:
+        """Yields a group's objects: those its Get-Batch gave, then the rest one by one."""
+        for (key, ref, _), data in zip(group, fetched.data, strict=False):
+            if data is None:
+                self.policy.handle(ObjectNotFoundError(
+                    f"object {ref.path.uri()} does not exist; check the name, or list the "
+                    "bucket to see what is there", url=ref.path.uri(),
+                    missing=(ref.path.uri(),)), ref.uri())
+                continue
+            yield key, io.BytesIO(data)
+        for key, ref, start in group[len(fetched.data):]:
             try:
                 data = self.read(ref, start, _expected(key))
             except AISIOError as exc:
                 self.policy.handle(exc, ref.uri())
                 continue
             yield key, io.BytesIO(data)
+
+
+@dataclass
+class _Group:
+    """What one Get-Batch gave: the objects' bytes in order (None: missing), until the end
+    or the first refusal, their size, and the request's wall time."""
+
+    data: list[bytes | None] = field(default_factory=list)
+    nbytes: int = 0
+    seconds: float = 0.0
+
+
+class AheadDepth:
+    """How many Get-Batch requests to keep in flight beyond the one being used.
+
+    Enough that the next group has arrived when this one is used up: the ratio of a request's
+    time to the time the caller takes over a group, both measured on the last group (a round
+    trip of milliseconds makes a request slow beside the caller, a loopback one does not);
+    never more groups ahead than fit in :attr:`BYTES` as the last one was, at least 1, at most
+    :attr:`MOST`.
+    """
+
+    MOST = 4
+    BYTES = 64 << 20
+
+    def __init__(self) -> None:
+        self.now = 2
+
+    def learn(self, fetch_s: float, use_s: float, nbytes: int) -> None:
+        """Sizes the depth from the last group: its request's time, the time it was used,
+        its bytes."""
+        want = math.ceil(fetch_s / max(use_s, 1e-4))
+        fit = self.BYTES // max(nbytes, 1)
+        self.now = max(1, min(self.MOST, want, fit))
 
 
 def _expected(key: Any) -> str | None:

@@ -206,6 +206,20 @@ def test_get_batch_reads_many_small_objects_in_order(ais_endpoint: str, ais_clie
     assert dict(got) == expected
 
 
+def test_get_batch_delivers_every_object_before_a_bad_name(ais_endpoint: str,
+                                                          ais_client: Client,
+                                                          bucket: Bucket) -> None:
+    # Get-Batch reads groups ahead: a bad name further on is raised where it stands
+    for i in range(10):
+        ais_client.put_object(AISPath(bucket, f"o{i}"), bytes([i]))
+    names = [bucket.uri(f"o{i}") for i in range(10)] + [bucket.uri("")]
+    got = []
+    with pytest.raises(aisio.InvalidURLError, match="bucket or prefix"):
+        for _, stream in AISFileLoader(names, url=ais_endpoint, batch_get=3):
+            got.append(stream.read())
+    assert got == [bytes([i]) for i in range(10)]
+
+
 def test_get_batch_falls_back_and_skips_a_missing_object(ais_endpoint: str, ais_client: Client,
                                                          bucket: Bucket) -> None:
     for i in range(10):
