@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -180,6 +182,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     return report
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the suite, prints the table, writes the outputs; returns 0, 1 if an arm failed.
 
@@ -187,6 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
+    if threading.current_thread() is threading.main_thread():
+        # `kill` (SIGTERM) ends a run as Ctrl-C does: through the clean-ups that stop its
+        # playground, toxiproxy and network namespace (they were left running)
+        signal.signal(signal.SIGTERM, _interrupt)
     if args.peers:
         return peers(args, argv)
     try:
