@@ -34,8 +34,13 @@ from typing import Any
 from aisio.core.system.memory import keep_freed_memory
 from aisio.core.system.processes import pid_alive
 
-ENABLED = os.environ.get("AISIO_SHM", "1") != "0"
-"""False (``AISIO_SHM=0`` in the environment): every delivery is pickled, as before."""
+
+def enabled() -> bool:
+    """Returns False where ``AISIO_SHM=0`` is in the environment (every delivery is then
+    pickled, as before the ring): read as each value is sent, so it may be set at any time
+    before the workers start, by them as well."""
+    return os.environ.get("AISIO_SHM", "1") != "0"
+
 
 MIN_LEAF = 4096
 """Smaller ``bytes`` and numpy arrays stay in the pickle (copying them costs more)."""
@@ -237,7 +242,7 @@ def export(value: Any, into: Ring | None = None) -> Shipped | None:
     """Returns ``value`` with its payload leaves moved into a free slot of ``into`` (default:
     this process's ring), or None when it should be pickled as it is: too few payload bytes,
     no free slot, a payload larger than a slot may be."""
-    if not ENABLED or _estimate(value) < MIN_TOTAL // 2:
+    if not enabled() or _estimate(value) < MIN_TOTAL // 2:
         return None
     pieces: list[tuple[_Piece, Any]] = []
     total = [0]
@@ -260,17 +265,19 @@ def by_value(value: Any) -> Any:
     :func:`export` declines. Left as they are, torch passes every tensor in a shared-memory
     segment of its own, received through a socket connection per tensor (a batch of 64 labels
     cost the training process more than the batch's 128 KiB of samples)."""
-    if not ENABLED:
-        return value
+    return _by_value(value) if enabled() else value
+
+
+def _by_value(value: Any) -> Any:
     kind = type(value)
     if kind is tuple:
-        return tuple(map(by_value, value))
+        return tuple(map(_by_value, value))
     if kind is list:
         if value and type(value[0]) is bytes:  # payloads of like samples: no tensor here
             return value
-        return list(map(by_value, value))
+        return list(map(_by_value, value))
     if kind is dict:
-        return {k: by_value(v) for k, v in value.items()}
+        return {k: _by_value(v) for k, v in value.items()}
     torch = sys.modules.get("torch")
     if (torch is not None and kind is torch.Tensor and value.nbytes < MIN_TOTAL
             and value.device.type == "cpu" and value.layout == torch.strided
