@@ -131,8 +131,9 @@ def forking() -> Iterator[None]:
     garbage is collected first, as :func:`collect_before_fork` does. Either way the collector
     is frozen while the workers fork (``gc.freeze``, undone after), so a worker never
     finalizes what it inherited, not even before its ``worker_init_fn`` freezes it for good;
-    the training process collects its garbage itself, later. A full collection costs a
-    process that imported torch tens of milliseconds before its first batch. Where the user
+    the training process collects its garbage itself, later. A full collection delays the
+    first batch of a process that imported torch (benchmarks/README.md, Figures behind the
+    code's comments). Where the user
     froze objects of their own, it collects as before and leaves their freeze alone."""
     if gc.get_freeze_count() or multiprocessing.active_children():
         collect_before_fork()

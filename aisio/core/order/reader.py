@@ -118,7 +118,8 @@ def register_reducer() -> None:
 
 ITEM_SAMPLES = 64
 """A reader groups rounds so that each item it sends holds about this many samples (each item
-costs a worker protocol tens of microseconds, whatever its size)."""
+costs the worker protocol a fixed time, whatever its size: benchmarks/README.md, Figures behind the
+code's comments)."""
 
 MAX_GROUP = 16
 """The most rounds in one item (a training process waits for every reader's part of a round,

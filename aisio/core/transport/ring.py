@@ -3,8 +3,8 @@
 A delivery sent through a ``multiprocessing`` queue (every worker protocol aisio runs on:
 DataLoader, StatefulDataLoader, DataLoader2's reading service) is pickled by
 ``multiprocessing.reduction.ForkingPickler``. Pickling payload bytes costs more than anything
-else a worker hands over (64 x 100 KiB ``bytes`` pickled: ~580 MB/s; a fresh shared-memory
-tensor per batch: ~1,000 MB/s; a reused one: ~8,500 MB/s). So for that pickler only,
+else a worker hands over, and a fresh shared-memory tensor per batch costs nearly as much (the
+rates: benchmarks/README.md, Figures behind the code's comments). So for that pickler only,
 :func:`export` moves a delivery's payload leaves (CPU tensors; ``bytes`` and numpy arrays of
 at least :data:`MIN_LEAF` bytes; inside dicts, lists and tuples) into a slot of this process's
 :class:`Ring` of shared-memory buffers, and sends the slot with a small skeleton of the value:
@@ -81,7 +81,8 @@ def _bytes_of(tensor: Any) -> memoryview:
     """Returns a writable byte view of a contiguous CPU tensor (kept alive by the caller).
 
     Copies go through these views (one ``memcpy``), not ``Tensor.copy_``: on a busy machine
-    torch's intra-op threads made a 6 MB copy 10-50x slower."""
+    torch's intra-op threads made such copies many times slower (benchmarks/README.md,
+    Figures behind the code's comments)."""
     buffer = (ctypes.c_ubyte * tensor.nbytes).from_address(tensor.data_ptr())
     return memoryview(buffer).cast("B")
 
