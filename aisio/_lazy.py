@@ -1,7 +1,8 @@
 """Keeps ``import aisio`` (and so the ``aisio`` command) free of torch, while DataPipes still
 find aisio's functional forms.
 
-The DataPipes front end imports torch (about 2 s). :mod:`aisio` imports it on first use of one of
+The DataPipes front end imports torch (seconds: benchmarks/README.md, Figures behind the
+code's comments). :mod:`aisio` imports it on first use of one of
 its names (PEP 562), and registers the functional forms (``ais_list_files``, ...) as soon as torch
 is there: at once when torch was imported before aisio, else right after ``import torch``
 finishes (:func:`aisio.core.system.imports.after_import`). DataPipes only exist once torch is

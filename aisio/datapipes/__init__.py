@@ -58,7 +58,8 @@ def _needs_dataloader2(name: str, error: LoaderUnavailableError) -> Any:
 
 def __getattr__(name: str) -> Any:
     # The real DataLoader2 entry points, with their signatures and full docs (help() shows
-    # them), imported on first use: torchdata.dataloader2 costs about 0.5 s to import.
+    # them), imported on first use: torchdata.dataloader2 is slow to import
+    # (benchmarks/README.md, Figures behind the code's comments).
     if name not in ("webdataset_loader", "make_loader"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:

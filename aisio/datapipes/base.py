@@ -30,13 +30,14 @@ class Unhooked:
     """Gives a DataPipe an ``__iter__`` that torch does not wrap around every item.
 
     torch wraps the ``__iter__`` that a DataPipe class defines so that every item passes through
-    its hook (an iterator-validity check, a counter, the profiler): about half a microsecond, a
-    sixth of what a 2 KiB sample costs. Inherited from this mixin (listed before
-    :class:`IterDataPipe`), ``__iter__`` escapes that wrapper; the subclass defines
-    ``_unhooked_iter(check)`` and keeps torch's one rule that matters, one valid iterator per
-    DataPipe (a second ``iter()`` invalidates the first), by calling ``check()`` where it is
-    cheap: once per shard, not once per sample. (torch's count of items yielded, used by its
-    snapshot restore, is not kept: aisio resumes from its own state.)
+    its hook (an iterator-validity check, a counter, the profiler): a sixth of what a 2 KiB
+    sample costs (benchmarks/README.md, Figures behind the code's comments). Inherited from
+    this mixin (listed before :class:`IterDataPipe`), ``__iter__`` escapes that wrapper; the
+    subclass defines ``_unhooked_iter(check)`` and keeps torch's one rule that matters, one
+    valid iterator per DataPipe (a second ``iter()`` invalidates the first), by calling
+    ``check()`` where it is cheap: once per shard, not once per sample. (torch's count of
+    items yielded, used by its snapshot restore, is not kept: aisio resumes from its own
+    state.)
     """
 
     def __iter__(self) -> Iterator[Any]:

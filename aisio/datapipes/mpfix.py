@@ -50,6 +50,7 @@ from aisio.runtime.workers import (
     collect_before_fork,
     die_with_parent,
     keep_inherited,
+    prepare_process,
     set_worker_id,
     worker_died,
 )
@@ -184,6 +185,9 @@ def _worker_init(datapipe: Any, worker_info: Any, *, parent: int, kernel: bool,
     keep_inherited()
     die_with_parent(parent, kernel)
     set_worker_id(worker_info.worker_id)
+    prepare_process()
+    # (this worker's own copy of torchdata: its protocol server is made inside torchdata's
+    # worker loop, with no parameter for another class; see install())
     IterDataPipeQueueProtocolServer.response_worker_exception = _send_original
     return user_fn(datapipe, worker_info) if user_fn is not None else datapipe
 
@@ -262,8 +266,20 @@ def _finalize(self: Any) -> None:
 
 
 def install() -> None:
-    """Installs the fixes above into torchdata (idempotent)."""
+    """Installs the fixes above into torchdata's DataLoader2 (idempotent). Called where a
+    loader is built, never at import: by aisio's DataLoader2 loaders
+    (:func:`~aisio.datapipes.dataloader2.make_loader`, ``webdataset_loader``) and as an aisio
+    DataPipe is built (once torchdata's DataLoader2 is imported, so that a DataLoader2 the user
+    builds over aisio's DataPipes gets them too).
+
+    This is the one place aisio replaces another package's methods, and it cannot be a
+    subclass passed in: torchdata makes the round robin (``_IterateQueueDataPipes``) inside
+    ``MultiProcessingReadingService.initialize``, and each worker's protocol server inside its
+    worker loop, with no parameter for another class; and a DataLoader2 built with torchdata's
+    own ``MultiProcessingReadingService`` (the user's) must finish as well. torchdata is
+    pinned below 0.10, its last release with DataLoader2, so the replaced code is frozen."""
     if getattr(_IterateQueueDataPipes.__iter__, "__name__", "") != "_round_robin":
         _IterateQueueDataPipes.__iter__ = _round_robin
-    MultiProcessingReadingService.initialize = _initialize
-    MultiProcessingReadingService.finalize = _finalize
+    if MultiProcessingReadingService.initialize is not _initialize:
+        MultiProcessingReadingService.initialize = _initialize
+        MultiProcessingReadingService.finalize = _finalize

@@ -46,7 +46,8 @@ class _AISDataPipe(IterDataPipe):
     """Shared plumbing: the effective config, the per-process client, and ``len()``."""
 
     # torch checks this attribute on every item; found on the class, the lookup stays cheap
-    # (a miss falls through IterDataPipe.__getattr__, about 1 us a sample).
+    # (a miss falls through IterDataPipe.__getattr__, a cost per sample measured in
+    # benchmarks/README.md, Figures behind the code's comments).
     _is_child_datapipe = False
 
     def __init__(self, url: str | None, config: AISConfig | None, length: int,

@@ -1,8 +1,9 @@
 """A ``torchdata.nodes`` mapper whose threads or processes live across epochs.
 
 nodes' ``ParallelMapper`` starts its workers at every ``reset()`` (each epoch) and stops the old
-ones by joining threads that poll with a 0.1 s timeout: about 100 ms before each later epoch's
-first batch, and new processes every epoch with ``method="process"``. :class:`PoolMapper` keeps
+ones by joining threads that poll with a 0.1 s timeout, which delays each later epoch's first
+batch (benchmarks/README.md, Figures behind the code's comments), and new processes every epoch
+with ``method="process"``. :class:`PoolMapper` keeps
 one ``concurrent.futures`` pool for the loader's life: ``reset()`` drops what the last epoch
 had in flight and goes on with the same workers.
 """

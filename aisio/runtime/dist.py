@@ -10,7 +10,6 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
-from aisio.core.epochs import received
 from aisio.core.epochs.progress import merge_states, shard_list_id
 from aisio.core.faults.policy import warn_in_user_code
 from aisio.core.order.streams import merge_order_states
@@ -128,11 +127,6 @@ def gather_state(loader: Any) -> dict[str, Any]:
     return merged_over_ranks(loader, position, state)
 
 
-def _gather_over_ranks(loader: Any) -> dict[str, Any]:
-    """What ``state_dict()`` returns with ``state_scope="job"`` (see :func:`gather_state`)."""
-    return gather_state(loader)
-
-
 def merged_over_ranks(loader: Any, position: Position | None,
                       state: dict[str, Any]) -> dict[str, Any]:
     """Returns ``state`` (this rank's, of ``loader``, at ``position``) merged with every other
@@ -194,7 +188,3 @@ def _gloo() -> Any:
         _GROUPS[key] = (dist.group.WORLD if dist.get_backend() == "gloo"
                         else dist.new_group(backend="gloo", timeout=timedelta(minutes=30)))
     return _GROUPS[key]
-
-
-# A trainer that checkpoints on every rank at once gets every rank's progress (core/epochs).
-received.gather_over_ranks = _gather_over_ranks

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from aisio.core.epochs import received
+from aisio.core.epochs.received import FollowsTrainer
 from aisio.core.faults.errors import UsageError
 
 _LOOPS = {  # Lightning's training loops, by package: the callback that package needs
@@ -42,7 +42,7 @@ def withdraw(callback: Any) -> None:
         _ANNOUNCED.remove(callback)
 
 
-def check_iteration(loader: received.FollowsTrainer) -> None:
+def check_iteration(loader: FollowsTrainer) -> None:
     """Raises :class:`~aisio.UsageError` when Lightning's training loop iterates ``loader``
     and no aisio callback was announced (called as the loader's epoch starts); with one, the
     loader follows the trainer from this first batch."""
@@ -66,6 +66,3 @@ def check_iteration(loader: received.FollowsTrainer) -> None:
                 "so a checkpoint would lose that batch on resume; add aisio's callback: "
                 f"Trainer(..., callbacks=[{callback}.ExactlyOnce()])")
         frame = frame.f_back
-
-
-received.check_iteration = check_iteration

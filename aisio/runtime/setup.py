@@ -8,6 +8,11 @@ that (its pipe or nodes, its worker processes) and hands it back to
 :meth:`LoaderSetup.resumable` or :meth:`LoaderSetup.ordered`, which make the training loop's
 loader with what ``uneven`` asks for across ranks (stopping together, or the state exchange).
 
+The set-up is also where what the core cannot import is plugged in, never at import: it
+registers how items cross between processes (:func:`~aisio.runtime.workers.prepare_process`)
+and passes each loader the ranks' state (:func:`~aisio.runtime.dist.gather_state`) and the
+check on Lightning's loop (:func:`~aisio.runtime.fetchers.check_iteration`).
+
 The ranks agree on the shards because each rank's share is cut from one list: under
 torch.distributed with more than one rank, rank 0 alone lists a bucket or prefix and sends the
 list to the others (one listing per job, not one per rank); a list that needs no listing
@@ -20,7 +25,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from aisio.core.epochs.plan import EpochPlan
 from aisio.core.epochs.progress import shard_list_id
@@ -47,16 +52,20 @@ from aisio.core.store.sources import (
     templates_of,
     unpack_refs,
 )
-from aisio.runtime import fetchers as _fetchers  # noqa: F401  (plugs in its check)
 from aisio.runtime.dist import (
     Uneven,
     check_uneven,
     drop_sync,
+    gather_state,
     job_ranks,
     rank_and_world,
     shared_seed,
     with_exchange,
 )
+from aisio.runtime.fetchers import check_iteration
+from aisio.runtime.workers import prepare_process
+
+_Loader = TypeVar("_Loader", ResumableLoader, OrderedLoader)
 
 
 @dataclass(frozen=True)
@@ -134,7 +143,7 @@ class LoaderSetup:
                                  timings=self.spec.times, resumable=resumable,
                                  world=self.world, shuffle_shards=self.spec.shuffle_shards,
                                  sync=None if stops_together else drop_sync(self.uneven))
-        return with_exchange(loader)
+        return _plugged(loader)
 
     def ordered(self, order: OrderSetup, *, open_epoch: OpenEpoch,
                 collate: Callable[[list[Any]], Any] | None, close: Callable[[], None],
@@ -144,7 +153,17 @@ class LoaderSetup:
         loader = OrderedLoader(order, open_epoch=self.checked.before(open_epoch),
                                collate=collate, close=close,
                                end_epoch=end_epoch, sync=drop_sync(self.uneven))
-        return with_exchange(loader)
+        return _plugged(loader)
+
+
+def _plugged(loader: _Loader) -> _Loader:
+    """Returns ``loader`` with what the core cannot import passed in: the state of every rank
+    (``torch.distributed``, :func:`~aisio.runtime.dist.gather_state`), the check that a
+    trainer which fetches ahead is followed (:func:`~aisio.runtime.fetchers.check_iteration`),
+    and the exchange of states between ranks (:func:`~aisio.runtime.dist.with_exchange`)."""
+    loader.gather_over_ranks = gather_state
+    loader.check_iteration = check_iteration
+    return with_exchange(loader)
 
 
 def loader_setup(where: str, shards: Any, options: Mapping[str, Any], *, seed: int | None,
@@ -160,6 +179,7 @@ def loader_setup(where: str, shards: Any, options: Mapping[str, Any], *, seed: i
         ValueError: ``uneven`` or an option is out of range.
     """
     check_uneven(uneven)
+    prepare_process()  # before any worker starts: forked ones inherit it
     deterministic = is_deterministic(order, where)
     if deterministic:
         check_ordered_options({**options, "resampled": resampled}, where)

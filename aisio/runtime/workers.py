@@ -17,8 +17,10 @@ process, and a reader knows which worker it runs in.
 * :func:`worker_id` is this process's worker number (0 in the training process), whichever
   loader started it: torch's ``get_worker_info()``, or what DataLoader2's worker set with
   :func:`set_worker_id`.
+* :func:`prepare_process` registers, once in each process, how ``multiprocessing`` sends
+  aisio's items (through shared memory): where a loader is built and as each worker starts.
 * :func:`widen_pipe` makes the pipe that carries the workers' items to the training process
-  hold :data:`PIPE_BYTES` (Linux). A batch of 64 samples of 2 KiB pickles to about 135 KB
+  hold :func:`pipe_bytes` (Linux). A batch of 64 samples of 2 KiB pickles to about 135 KB
   against a pipe's default 64 KiB, so a worker's write waited for the training process to
   drain each 64 KiB, and under DataLoader, whose workers share one queue and its write lock,
   the other worker waited too (the gain is measured in benchmarks/README.md).
@@ -45,16 +47,30 @@ try:
 except ImportError:  # not on Windows
     fcntl = None  # type: ignore[assignment]
 
-from aisio.core.faults.errors import WorkerDiedError
+from aisio.core.faults.errors import ConfigError, WorkerDiedError
+from aisio.core.order import reader
 from aisio.core.system.processes import pid_alive
+from aisio.core.transport import delivery
 
 _PR_SET_PDEATHSIG = 1
 #: How often the watching thread checks that the training process is still there (seconds).
 PARENT_WATCH_SECONDS = 0.5
 _WORKER_ID: int | None = None
-#: How many bytes a pipe from the workers to the training process is made to hold
-#: (``AISIO_PIPE_BYTES`` in the environment; 0 leaves every pipe as the system makes it).
-PIPE_BYTES = int(os.environ.get("AISIO_PIPE_BYTES", 1 << 20))
+#: How many bytes a pipe from the workers to the training process is made to hold unless
+#: ``AISIO_PIPE_BYTES`` says otherwise (:func:`pipe_bytes`).
+PIPE_BYTES = 1 << 20
+
+
+def prepare_process() -> None:
+    """Registers in this process what aisio's items need before they cross to another one:
+    ``multiprocessing``'s pickler sends deliveries, and the deterministic order's packs of
+    chunks, through shared memory (:mod:`aisio.core.transport.ring`). Idempotent. The set-up
+    calls it as a loader is built (workers forked after that inherit it), and every worker
+    calls it as it starts (a worker started by ``spawn`` or a fork server begins without it):
+    :func:`init_worker`, :class:`EndsWithParent` and DataLoader2's (``aisio.datapipes.mpfix``).
+    """
+    delivery.register_reducer()
+    reader.register_reducer()
 
 
 def die_with_parent(parent: int, kernel: bool) -> None:
@@ -115,8 +131,9 @@ def forking() -> Iterator[None]:
     garbage is collected first, as :func:`collect_before_fork` does. Either way the collector
     is frozen while the workers fork (``gc.freeze``, undone after), so a worker never
     finalizes what it inherited, not even before its ``worker_init_fn`` freezes it for good;
-    the training process collects its garbage itself, later. A full collection costs a
-    process that imported torch tens of milliseconds before its first batch. Where the user
+    the training process collects its garbage itself, later. A full collection delays the
+    first batch of a process that imported torch (benchmarks/README.md, Figures behind the
+    code's comments). Where the user
     froze objects of their own, it collects as before and leaves their freeze alone."""
     if gc.get_freeze_count() or multiprocessing.active_children():
         collect_before_fork()
@@ -158,6 +175,7 @@ def init_worker(worker: int, *, parent: int, kernel: bool,
     ``user_fn`` (the trainer's own ``worker_init_fn``) runs."""
     keep_inherited()
     die_with_parent(parent, kernel)
+    prepare_process()
     if user_fn is not None:
         user_fn(worker)
 
@@ -187,27 +205,57 @@ class EndsWithParent:
             _WATCHING = os.getpid()
             keep_inherited()
             die_with_parent(self.parent, kernel=False)
+            prepare_process()
         return self.fn(item)
 
 
-def pipe_size(size: int = PIPE_BYTES) -> int:
-    """Returns ``size``, or less if the system lets a process ask for less
-    (``/proc/sys/fs/pipe-max-size``): the size :func:`widen_pipe` gives a pipe."""
+def pipe_bytes() -> int:
+    """Returns how many bytes the pipes from the workers to the training process are made to
+    hold: ``AISIO_PIPE_BYTES`` in the environment (read at each use; 0 leaves every pipe as the
+    system makes it), else :data:`PIPE_BYTES`.
+
+    Raises:
+        ConfigError: ``AISIO_PIPE_BYTES`` is not a whole number of bytes, 0 or more.
+    """
+    given = os.environ.get("AISIO_PIPE_BYTES")
+    if given is None:
+        return PIPE_BYTES
+    try:
+        size = int(given)
+    except ValueError:
+        size = -1
+    if size < 0:
+        raise ConfigError(f"AISIO_PIPE_BYTES={given!r} in the environment is not a size: set "
+                          "it to a whole number of bytes (0 leaves the pipes as the system "
+                          f"makes them), or unset it for {PIPE_BYTES}")
+    return size
+
+
+def pipe_size(size: int | None = None) -> int:
+    """Returns ``size`` (default: :func:`pipe_bytes`), or less if the system lets a process ask
+    for less (``/proc/sys/fs/pipe-max-size``): the size :func:`widen_pipe` gives a pipe."""
+    size = pipe_bytes() if size is None else size
     with contextlib.suppress(OSError, ValueError):
         size = min(size, int(Path("/proc/sys/fs/pipe-max-size").read_text()))
     return size
 
 
-def widen_pipe(queue: Any, size: int = PIPE_BYTES) -> bool:
-    """Makes the pipe under a ``multiprocessing`` queue hold :func:`pipe_size` bytes; returns
-    whether it did. Anything else (no such queue, another system, a user over their pipe
-    quota) is left as it is: a narrower pipe is slower, never wrong."""
-    reader = getattr(queue, "_reader", None)
+def widen_pipe(queue: Any, size: int | None = None) -> bool:
+    """Makes the pipe under a ``multiprocessing`` queue hold :func:`pipe_size` bytes (``size``,
+    default :func:`pipe_bytes`); returns whether it did. Anything else (no such queue, another
+    system, a user over their pipe quota) is left as it is: a narrower pipe is slower, never
+    wrong.
+
+    Raises:
+        ConfigError: ``AISIO_PIPE_BYTES`` is not a size (see :func:`pipe_bytes`).
+    """
+    size = pipe_bytes() if size is None else size
+    end = getattr(queue, "_reader", None)
     setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
-    if reader is None or setsize is None or size <= 0:
+    if end is None or setsize is None or size <= 0:
         return False
     try:
-        fcntl.fcntl(reader.fileno(), setsize, pipe_size(size))
+        fcntl.fcntl(end.fileno(), setsize, pipe_size(size))
     except (OSError, ValueError):
         return False
     return True

@@ -32,8 +32,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from aisio.core.transport import ring
 from aisio.core.transport.delivery import Delivery
+from aisio.runtime.workers import prepare_process
 
 
 class Prepared(IterableDataset):
@@ -43,7 +43,8 @@ class Prepared(IterableDataset):
         self.count, self.batch, self.member, self.kind, self.shm = count, batch, member, kind, shm
 
     def __iter__(self) -> Iterator[Delivery]:
-        ring.ENABLED = self.shm  # this is the worker process
+        os.environ["AISIO_SHM"] = "1" if self.shm else "0"  # this is the worker process
+        prepare_process()  # as aisio's workers do as they start
         if self.kind == "bytes":
             value: Any = [os.urandom(16) + bytes(self.member - 16) for _ in range(self.batch)]
         else:

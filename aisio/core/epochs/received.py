@@ -120,6 +120,17 @@ class FollowsTrainer:
     received: Received
     _scope = "job"
 
+    #: ``(loader) -> every rank's state merged, at this rank's position``, over the ranks of
+    #: ``torch.distributed``, which the core does not import: passed in by the set-up that
+    #: builds the loader (:class:`aisio.runtime.setup.LoaderSetup`); None: this process's state.
+    gather_over_ranks: Callable[[Any], dict[str, Any]] | None = None
+
+    #: Called with the loader as its epoch starts yielding: raises
+    #: :class:`~aisio.core.faults.errors.UsageError` where a trainer that fetches ahead iterates
+    #: a loader that does not follow it (:func:`aisio.runtime.fetchers.check_iteration`, passed
+    #: in by the set-up); None: no check.
+    check_iteration: Callable[[FollowsTrainer], None] | None = None
+
     @property
     def state_scope(self) -> str:
         """What :meth:`state_dict` covers: ``"job"`` (the default: every rank's progress
@@ -172,21 +183,9 @@ class FollowsTrainer:
             StateMismatchError: the loader cannot be resumed (``post=``, resampled shards).
             UsageError: not every rank asks at the same step (see :func:`aisio.gather_state`).
         """
-        if self._scope == "rank" or gather_over_ranks is None:
+        if self._scope == "rank" or self.gather_over_ranks is None:
             return self.local_state_dict()
-        return gather_over_ranks(self)
-
-
-gather_over_ranks: Callable[[Any], dict[str, Any]] | None = None
-"""``(loader) -> every rank's state merged, at this rank's position``: over the ranks of
-``torch.distributed``, plugged in by :mod:`aisio.runtime.dist` (the core imports no torch);
-None, or the state as it is, in one process."""
-
-
-check_iteration: Callable[[FollowsTrainer], None] | None = None
-"""Called with a loader as its epoch starts yielding: raises
-:class:`~aisio.core.faults.errors.UsageError` where a trainer that fetches ahead iterates a
-loader that does not follow it (plugged in by :mod:`aisio.runtime.fetchers`); None: no check."""
+        return self.gather_over_ranks(self)
 
 
 __all__ = ["STATE_SCOPES", "FollowsTrainer", "Received", "Record"]

@@ -272,8 +272,8 @@ _SMALL = 1 << 15
 """Runs are for samples of this size or less (32 KiB). Once a run, or a member, shows bigger
 ones, the rest of the shard goes member by member: a run saves a few microseconds of Python
 per sample, nothing beside a 100 KiB member's bytes, while looking for one in every buffer
-(where few whole big samples fit) cost ~10 us of CPU a sample (benchmarks/README.md, the 100
-KiB no-shuffle regression)."""
+(where few whole big samples fit) cost more than that (benchmarks/README.md, Figures behind
+the code's comments)."""
 
 
 def _scan(reader: ShardReader, url: str, ends: bool, fast: bool, tag: Tag | None,

@@ -106,7 +106,8 @@ class _Source:
         have = len(rest)
         read = self._read
         # With bytes left over, read only what completes them: joining them with a whole new
-        # chunk would copy that chunk once more (16% of the time on 100 KiB members).
+        # chunk would copy that chunk once more (a sixth of the time on 100 KiB members:
+        # benchmarks/README.md, Figures behind the code's comments).
         size = 0 if rest else self.bufsize
         want = max(need, self.bufsize) if self.gather else need
         if self._deferred is not None:

@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aisio.core.epochs import received as hooks
 from aisio.core.epochs.plan import EpochPlan
 from aisio.core.epochs.received import FollowsTrainer, Received
 from aisio.core.faults.errors import AISIOError, ConfigError, StateMismatchError, WorkerTraceback
@@ -255,8 +254,8 @@ class OrderedLoader(FollowsTrainer):
             self.epoch, self._resume, self._reorderer = epoch, None, None
 
     def __iter__(self) -> Iterator[Any]:
-        if hooks.check_iteration is not None:  # a trainer that fetches ahead, unfollowed
-            hooks.check_iteration(self)
+        if self.check_iteration is not None:  # a trainer that fetches ahead, unfollowed
+            self.check_iteration(self)
         epoch, state = self.epoch, self._resume
         if state is not None and state.get("epoch") != epoch:
             state = None

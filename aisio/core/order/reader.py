@@ -109,12 +109,17 @@ def _arrived(chunks: list[Chunk], counts: list[int], shipped: ring.Shipped) -> R
     return RoundChunks(chunks)
 
 
-ForkingPickler.register(RoundChunks, _to_another_process)
+def register_reducer() -> None:
+    """Makes ``multiprocessing``'s pickler send :class:`RoundChunks` through shared memory in
+    this process from now on (idempotent; see
+    :func:`aisio.core.transport.delivery.register_reducer`)."""
+    ForkingPickler.register(RoundChunks, _to_another_process)
 
 
 ITEM_SAMPLES = 64
 """A reader groups rounds so that each item it sends holds about this many samples (each item
-costs a worker protocol tens of microseconds, whatever its size)."""
+costs the worker protocol a fixed time, whatever its size: benchmarks/README.md, Figures behind the
+code's comments)."""
 
 MAX_GROUP = 16
 """The most rounds in one item (a training process waits for every reader's part of a round,
@@ -392,4 +397,5 @@ def reader_rounds(plan: OrderPlan, streams: Sequence[int], open: Opener, *,
 
 
 __all__ = ["ITEM_SAMPLES", "MAX_GROUP", "Chunk", "Opener", "RoundChunks", "StreamReader",
-           "Trace", "reader_rounds", "refill", "reorder_window", "rounds_per_item"]
+           "Trace", "reader_rounds", "refill", "register_reducer", "reorder_window",
+           "rounds_per_item"]

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
-from aisio.core.epochs import received as hooks
 from aisio.core.epochs.progress import EpochProgress, check_state, merge_states
 from aisio.core.epochs.received import FollowsTrainer, Received
 from aisio.core.epochs.split import Deal
@@ -100,8 +99,8 @@ class ResumableLoader(FollowsTrainer):
             self.epoch, self._resume, self._progress = epoch, None, None
 
     def __iter__(self) -> Iterator[Any]:
-        if hooks.check_iteration is not None:  # a trainer that fetches ahead, unfollowed
-            hooks.check_iteration(self)
+        if self.check_iteration is not None:  # a trainer that fetches ahead, unfollowed
+            self.check_iteration(self)
         epoch, resume = self.epoch, self._resume
         if resume is not None and resume["epoch"] == epoch:
             progress = EpochProgress.from_state(resume, self.shards)

@@ -87,7 +87,8 @@ def pack_refs(refs: Sequence[ObjectRef]) -> tuple[list[Any], list[str], array[in
     """Returns a shard list in a compact form for sending to other processes (rank 0's
     listing to every rank): each ref's bucket, endpoint and ETL once in a table, a table index
     and an object name a ref, and the user's spellings where there are any. Pickling the refs
-    themselves costs ~15 us each (three objects and their dicts): 15 s at a million shards.
+    themselves costs three objects and their dicts each: seconds at a million shards
+    (benchmarks/README.md, Figures behind the code's comments).
 
     Example:
         >>> refs = [ObjectRef(AISPath(Bucket("b"), f"s-{i}.tar")) for i in range(3)]

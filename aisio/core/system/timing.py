@@ -26,6 +26,7 @@ _counts: dict[str, int] = dict.fromkeys(STAGES, 0)
 _RECORD = struct.Struct("<3d3q")  # seconds per stage, then counts per stage
 _sink: Path | None = None
 _sink_fd: int | None = None
+_follows_forks = False  # the fork handler is registered in this process (and its forks)
 
 
 def add(stage: str, seconds: float, count: int = 1) -> None:
@@ -49,8 +50,12 @@ def reset() -> None:
 
 
 def attach(directory: Path) -> None:
-    """Makes this process write its totals into ``directory`` (one small file per process)."""
-    global _sink, _sink_fd
+    """Makes this process write its totals into ``directory`` (one small file per process);
+    a process forked from it from then on starts from zero and writes a file of its own."""
+    global _sink, _sink_fd, _follows_forks
+    if not _follows_forks:  # registered here, where it is first needed, not at import
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _follows_forks = True
     path = directory / f"{os.getpid()}.times"
     if _sink == path:
         return
@@ -74,9 +79,6 @@ def _after_fork_in_child() -> None:
     if _sink is not None:
         directory, _sink = _sink.parent, None
         attach(directory)
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:

@@ -8,8 +8,9 @@ which the training process unpacks and records (see
 :func:`ship_errors` turns an aisio error raised in a worker into a last :class:`Failure` item.
 
 A delivery sent to another process through a ``multiprocessing`` queue (pickled by
-``ForkingPickler``) takes its payload through shared memory (:mod:`aisio.core.transport.ring`):
-:meth:`Delivery.unpack` copies it out in the training process.
+``ForkingPickler``, once :func:`register_reducer` ran in the sending process) takes its payload
+through shared memory (:mod:`aisio.core.transport.ring`): :meth:`Delivery.unpack` copies it out
+in the training process.
 """
 
 from __future__ import annotations
@@ -108,7 +109,12 @@ def _to_another_process(delivery: Delivery) -> tuple[Any, ...]:
     return delivery.__reduce__()
 
 
-ForkingPickler.register(Delivery, _to_another_process)
+def register_reducer() -> None:
+    """Makes ``multiprocessing``'s pickler (``ForkingPickler``, every queue's) send deliveries
+    by :func:`_to_another_process` in this process from now on; a plain ``pickle`` is left
+    alone. Idempotent. Called where a loader is built and as each of its workers starts
+    (:func:`aisio.runtime.workers.prepare_process`), never at import."""
+    ForkingPickler.register(Delivery, _to_another_process)
 
 
 def _can_pin() -> bool:
@@ -302,5 +308,6 @@ __all__ = [
     "batch_delivery",
     "deliveries",
     "give_warnings",
+    "register_reducer",
     "ship_errors",
 ]

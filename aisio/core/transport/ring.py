@@ -3,8 +3,8 @@
 A delivery sent through a ``multiprocessing`` queue (every worker protocol aisio runs on:
 DataLoader, StatefulDataLoader, DataLoader2's reading service) is pickled by
 ``multiprocessing.reduction.ForkingPickler``. Pickling payload bytes costs more than anything
-else a worker hands over (64 x 100 KiB ``bytes`` pickled: ~580 MB/s; a fresh shared-memory
-tensor per batch: ~1,000 MB/s; a reused one: ~8,500 MB/s). So for that pickler only,
+else a worker hands over, and a fresh shared-memory tensor per batch costs nearly as much (the
+rates: benchmarks/README.md, Figures behind the code's comments). So for that pickler only,
 :func:`export` moves a delivery's payload leaves (CPU tensors; ``bytes`` and numpy arrays of
 at least :data:`MIN_LEAF` bytes; inside dicts, lists and tuples) into a slot of this process's
 :class:`Ring` of shared-memory buffers, and sends the slot with a small skeleton of the value:
@@ -34,8 +34,13 @@ from typing import Any
 from aisio.core.system.memory import keep_freed_memory
 from aisio.core.system.processes import pid_alive
 
-ENABLED = os.environ.get("AISIO_SHM", "1") != "0"
-"""False (``AISIO_SHM=0`` in the environment): every delivery is pickled, as before."""
+
+def enabled() -> bool:
+    """Returns False where ``AISIO_SHM=0`` is in the environment (every delivery is then
+    pickled, as before the ring): read as each value is sent, so it may be set at any time
+    before the workers start, by them as well."""
+    return os.environ.get("AISIO_SHM", "1") != "0"
+
 
 MIN_LEAF = 4096
 """Smaller ``bytes`` and numpy arrays stay in the pickle (copying them costs more)."""
@@ -76,7 +81,8 @@ def _bytes_of(tensor: Any) -> memoryview:
     """Returns a writable byte view of a contiguous CPU tensor (kept alive by the caller).
 
     Copies go through these views (one ``memcpy``), not ``Tensor.copy_``: on a busy machine
-    torch's intra-op threads made a 6 MB copy 10-50x slower."""
+    torch's intra-op threads made such copies many times slower (benchmarks/README.md,
+    Figures behind the code's comments)."""
     buffer = (ctypes.c_ubyte * tensor.nbytes).from_address(tensor.data_ptr())
     return memoryview(buffer).cast("B")
 
@@ -237,7 +243,7 @@ def export(value: Any, into: Ring | None = None) -> Shipped | None:
     """Returns ``value`` with its payload leaves moved into a free slot of ``into`` (default:
     this process's ring), or None when it should be pickled as it is: too few payload bytes,
     no free slot, a payload larger than a slot may be."""
-    if not ENABLED or _estimate(value) < MIN_TOTAL // 2:
+    if not enabled() or _estimate(value) < MIN_TOTAL // 2:
         return None
     pieces: list[tuple[_Piece, Any]] = []
     total = [0]
@@ -260,17 +266,19 @@ def by_value(value: Any) -> Any:
     :func:`export` declines. Left as they are, torch passes every tensor in a shared-memory
     segment of its own, received through a socket connection per tensor (a batch of 64 labels
     cost the training process more than the batch's 128 KiB of samples)."""
-    if not ENABLED:
-        return value
+    return _by_value(value) if enabled() else value
+
+
+def _by_value(value: Any) -> Any:
     kind = type(value)
     if kind is tuple:
-        return tuple(map(by_value, value))
+        return tuple(map(_by_value, value))
     if kind is list:
         if value and type(value[0]) is bytes:  # payloads of like samples: no tensor here
             return value
-        return list(map(by_value, value))
+        return list(map(_by_value, value))
     if kind is dict:
-        return {k: by_value(v) for k, v in value.items()}
+        return {k: _by_value(v) for k, v in value.items()}
     torch = sys.modules.get("torch")
     if (torch is not None and kind is torch.Tensor and value.nbytes < MIN_TOTAL
             and value.device.type == "cpu" and value.layout == torch.strided

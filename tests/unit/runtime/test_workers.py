@@ -1,4 +1,5 @@
-"""The pipe from worker processes to the training process (aisio.runtime.workers.widen_pipe)."""
+"""The pipe from worker processes to the training process (aisio.runtime.workers.widen_pipe),
+and what a worker does as it starts."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import queue
 from pathlib import Path
 from typing import Any
 
-from aisio.runtime.workers import pipe_size, widen_pipe
+import pytest
+
+from aisio.core.faults.errors import ConfigError
+from aisio.runtime.workers import PIPE_BYTES, pipe_bytes, pipe_size, widen_pipe
 
 _LIMIT = pipe_size()
 
@@ -164,3 +168,21 @@ def test_forking_leaves_the_users_own_freeze_alone() -> None:
         assert gc.get_freeze_count() >= frozen > 0
     finally:
         gc.unfreeze()
+
+
+def test_aisio_pipe_bytes_is_read_as_a_pipe_is_widened(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AISIO_PIPE_BYTES is read when a pipe is widened (it was read once, at import); a value
+    that is not a size is a ConfigError naming it and the fix."""
+    monkeypatch.delenv("AISIO_PIPE_BYTES", raising=False)
+    assert pipe_bytes() == PIPE_BYTES
+    monkeypatch.setenv("AISIO_PIPE_BYTES", "0")
+    assert pipe_bytes() == 0
+    results = multiprocessing.get_context("fork").Queue()
+    try:
+        assert not widen_pipe(results)  # 0: left as the system makes it
+    finally:
+        results.close()
+    for wrong in ("1MiB", "-1"):
+        monkeypatch.setenv("AISIO_PIPE_BYTES", wrong)
+        with pytest.raises(ConfigError, match=f"AISIO_PIPE_BYTES='{wrong}' .* whole number"):
+            pipe_bytes()

@@ -27,7 +27,7 @@ from aisio.core.store.client import Client
 from aisio.core.store.urls import Bucket
 from aisio.core.transport import ring
 from aisio.core.transport.delivery import Delivery
-from aisio.runtime.workers import pipe_size
+from aisio.runtime.workers import pipe_size, prepare_process, worker_init_fn
 from tests.conftest import LOADERS, ROOT, needs_dataloader2, write_shards
 from tests.integration.runtime.test_workers import _iterate_in_thread
 
@@ -47,12 +47,17 @@ def batch(step: int) -> Any:
 
 
 class Prepared(IterableDataset):
-    """Yields ``count`` deliveries of :func:`batch` (a slow consumer makes the ring fill)."""
+    """Yields ``count`` deliveries of :func:`batch` (a slow consumer makes the ring fill).
+    ``prepare``: the worker registers how deliveries cross first, as aisio's workers do as they
+    start (:func:`~aisio.runtime.workers.prepare_process`); False leaves it to the loader."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, prepare: bool = True) -> None:
         self.count = count
+        self.prepare = prepare
 
     def __iter__(self) -> Iterator[Delivery]:
+        if self.prepare:
+            prepare_process()
         for step in range(self.count):
             yield Delivery(batch(step), [(0, step, step + 1, False)])
 
@@ -117,6 +122,19 @@ def test_deliveries_arrive_equal_through_shared_memory_and_leave_nothing() -> No
     ring.forget()
     gc.collect()
     assert not _segments("self", worker, os.getpid()) and not _holders(worker)
+
+
+def test_a_spawned_worker_of_aisio_sends_through_shared_memory_too() -> None:
+    """A worker that starts without the training process's memory (``spawn``) registers how
+    deliveries cross as aisio's worker_init_fn starts it: nothing registers at import."""
+    loader = DataLoader(Prepared(3, prepare=False), batch_size=None, num_workers=1,
+                        collate_fn=_as_is, multiprocessing_context="spawn",
+                        worker_init_fn=worker_init_fn())
+    kinds = []
+    for step, item in enumerate(loader):
+        kinds.append(type(item.value) is ring.Shipped)
+        assert same(item.unpack(), batch(step)), step
+    assert kinds == [True] * 3
 
 
 def test_a_full_ring_falls_back_to_pickling(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -85,8 +85,7 @@ class Loader(FollowsTrainer):
         return {"rank": "mine"}
 
 
-def test_the_state_covers_the_job_unless_set_to_the_rank_whoever_asks(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_state_covers_the_job_unless_set_to_the_rank_whoever_asks() -> None:
     """What the state covers is the loader's setting alone: a trainer's call, the user's, a
     subclass's or a wrapper's forwarding it all get the job's (issue #37: the call stack
     decided it, and a wrapped loader silently saved one rank's)."""
@@ -96,13 +95,13 @@ def test_the_state_covers_the_job_unless_set_to_the_rank_whoever_asks(
         gathered.append(loader.local_state_dict())
         return {"rank": "all"}
 
-    monkeypatch.setattr(received_module, "gather_over_ranks", gather)
-
     class Wrapped(Loader):
         def state_dict(self) -> dict[str, Any]:
             return {"wrapped": super().state_dict()}
 
     loader, wrapped = Loader(), Wrapped()
+    assert loader.state_dict() == {"rank": "mine"}  # nothing passed in: this process's
+    loader.gather_over_ranks = wrapped.gather_over_ranks = gather  # as the set-up passes it in
     assert loader.state_scope == "job"
     assert loader.state_dict() == {"rank": "all"}
     assert (lambda: loader.state_dict())() == {"rank": "all"}  # a wrapper forwarding it

@@ -92,9 +92,22 @@ def test_a_slot_is_reused_and_grown_never_waited_for() -> None:
     assert arrive(bigger).open() == [b"c" * (4 << 20)]
 
 
+def test_aisio_shm_0_is_read_as_each_value_is_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AISIO_SHM=0 pickles every value, set at any time before they are sent (it was read once,
+    at import). Across the loaders' processes: tests/integration/loaders/test_environment.py"""
+    ring = Ring()
+    small = torch.arange(4)
+    monkeypatch.setenv("AISIO_SHM", "0")
+    assert export([b"x" * BIG] * 4, ring) is None and ring.allocated() == 0
+    assert ring_module.by_value([small])[0] is small
+    monkeypatch.setenv("AISIO_SHM", "1")
+    shipped = export([b"x" * BIG] * 4, ring)
+    assert shipped is not None and ring.allocated() == 1
+    assert type(ring_module.by_value([small])[0]) is not torch.Tensor
+    arrive(shipped).release()
+
+
 def test_small_values_are_pickled() -> None:
-    # AISIO_SHM=0 (every value pickled) is set the way a user sets it, in the environment of a
-    # training process: tests/integration/loaders/test_environment.py
     ring = Ring()
     assert export([b"x" * 1000] * 60, ring) is None  # leaves below MIN_LEAF
     assert export({"a": b"x" * 5000}, ring) is None  # below MIN_TOTAL in all
@@ -106,6 +119,9 @@ def test_a_small_batchs_tensors_travel_in_the_pickle_not_in_a_segment_each() -> 
     small tensors go by value: no shared-memory segment and socket connection per tensor."""
     from multiprocessing.reduction import ForkingPickler
 
+    from aisio.core.transport.delivery import register_reducer
+
+    register_reducer()  # as a loader does where it is built
     labels = torch.arange(64)
     weights = torch.rand(4, 3).t()  # not contiguous
     scalar = torch.tensor(7, dtype=torch.uint8)
@@ -176,8 +192,9 @@ def test_the_deterministic_orders_small_samples_travel_in_the_pickle() -> None:
     images) are pickled by value, not passed in a segment each."""
     from multiprocessing.reduction import ForkingPickler
 
-    from aisio.core.order.reader import Chunk, RoundChunks
+    from aisio.core.order.reader import Chunk, RoundChunks, register_reducer
 
+    register_reducer()
     values = [(torch.full((3, 32, 32), k, dtype=torch.uint8), k) for k in range(4)]
     pack = RoundChunks([Chunk(0, 0, values[:2], [], False), Chunk(1, 0, values[2:], [], True)])
     data = bytes(ForkingPickler.dumps(pack))
