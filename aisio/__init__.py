@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from aisio.core.pipeline.loop import ResumableLoader
     from aisio.core.store.cache import ShardCache
     from aisio.core.store.config import AISConfig
+    from aisio.core.store.memory import MemoryStore
+    from aisio.core.store.protocol import ObjectStore
     from aisio.core.store.urls import ETL
     from aisio.datapipes import (
         AISFileLister,
@@ -83,6 +85,8 @@ _LAZY = {
     "ResumableLoader": "aisio.core.pipeline.loop",
     "ShardCache": "aisio.core.store.cache",
     "AISConfig": "aisio.core.store.config",
+    "MemoryStore": "aisio.core.store.memory",
+    "ObjectStore": "aisio.core.store.protocol",
     "ETL": "aisio.core.store.urls",
     **dict.fromkeys(
         ("AISFileLister", "AISFileLoader", "AISSourceLister", "ResampledShards", "ToTuple",
@@ -123,9 +127,11 @@ __all__ = [
     "ErrorReport",
     "InvalidURLError",
     "LoaderUnavailableError",
+    "MemoryStore",
     "NotFoundError",
     "ObjectChangedError",
     "ObjectNotFoundError",
+    "ObjectStore",
     "PlaygroundError",
     "ResampledShards",
     "ResumableLoader",

@@ -17,6 +17,7 @@ import pytest
 import aisio
 from aisio import AISConfig
 from aisio.core.store.client import Client, client_for
+from aisio.core.store.memory import MemoryStore
 from aisio.core.store.urls import AISPath, Bucket
 from aisio.playground import Playground
 
@@ -118,8 +119,16 @@ def sample_keys(samples: object) -> list[str]:
     return [s["__key__"] for s in samples]  # type: ignore[attr-defined]
 
 
+def put(client: Client | MemoryStore, path: AISPath, data: bytes) -> None:
+    """Writes one object to the cluster or to a MemoryStore."""
+    if isinstance(client, MemoryStore):
+        client.put(path, data)
+    else:
+        client.put_object(path, data)
+
+
 def write_shards(
-    client: Client,
+    client: Client | MemoryStore,
     bucket: Bucket,
     tmp_path: Path,
     *,
@@ -128,7 +137,8 @@ def write_shards(
     prefix: str = "shard",
     payload: int = 64,
 ) -> tuple[str, list[str]]:
-    """Uploads WebDataset shards of ``(bin, cls)`` samples; returns (template, all sample keys).
+    """Uploads WebDataset shards of ``(bin, cls)`` samples to the cluster (or puts them in a
+    MemoryStore); returns (template, all sample keys).
 
     Shards hold different numbers of samples (``per_shard`` + shard index) so that uneven splits
     are the normal case, as in real datasets.
@@ -146,10 +156,40 @@ def write_shards(
                 key = f"s{s:04d}/sample{i:05d}"
                 sink.write({"__key__": key, "bin": rng.randbytes(payload), "cls": (s + i) % 10})
                 keys.append(key)
-        with open(path, "rb") as fh:
-            client.put_object(AISPath(bucket, path.name), fh)
+        put(client, AISPath(bucket, path.name), path.read_bytes())
         path.unlink()
     return bucket.uri(f"{prefix}-{{0000..{shards - 1:04d}}}.tar"), keys
+
+
+def jpeg(value: int) -> bytes:
+    """Returns an 8x8 JPEG of one colour."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (value, 0, 0)).save(out, "JPEG")
+    return out.getvalue()
+
+
+def write_jpeg_shards(client: Client | MemoryStore, bucket: Bucket) -> str:
+    """Writes two shards of 10 (jpg, json, cls) samples, sample s1/0003's JPEG cut short;
+    returns their template."""
+    import io
+
+    import webdataset as wds
+
+    for s in range(2):
+        out = io.BytesIO()
+        with wds.TarWriter(out) as sink:
+            for i in range(10):
+                image = jpeg(i)
+                if (s, i) == (1, 3):
+                    image = image[:40]
+                sink.write({"__key__": f"s{s}/{i:04d}", "jpg": image, "json": {"i": i},
+                            "cls": i})
+        put(client, AISPath(bucket, f"train-{s}.tar"), out.getvalue())
+    return bucket.uri("train-{0..1}.tar")
 
 
 _thread_local = threading.local()

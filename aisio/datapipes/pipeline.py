@@ -140,7 +140,8 @@ def webdataset_pipe(shards: Any, *, resampled: bool = False, **options: Any) -> 
     """
     check_options(options, where="webdataset_pipe", known=("resampled",))
     spec = PipelineSpec.build(**options)
-    return shards_pipe(list_shards(shards, spec.config), spec, resampled=resampled)
+    return shards_pipe(list_shards(shards, spec.config, store=spec.store), spec,
+                       resampled=resampled)
 
 
 def shards_pipe(names: Sequence[ObjectRef], spec: PipelineSpec, *, resampled: bool = False,
@@ -219,7 +220,8 @@ def samples_pipe(source: IterDataPipe, spec: PipelineSpec, *, shuffle: bool = Tr
     follow, per sample; ``runs``: see :class:`~aisio.WebDatasetParser`)."""
     pipe: IterDataPipe = AISFileLoader(source, config=spec.config, etl=spec.etl,
                                        concurrency=spec.concurrency, on_error=spec.on_error,
-                                       report=spec.report, cache=spec.cache)
+                                       report=spec.report, cache=spec.cache,
+                                       store=spec.store)
     pipe = WebDatasetParser(pipe, on_error=spec.on_error, report=spec.report, runs=runs)
     if spec.shuffle_buffer and shuffle:
         pipe = pipe.shuffle(buffer_size=spec.shuffle_buffer)

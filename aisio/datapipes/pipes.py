@@ -21,6 +21,7 @@ from aisio.core.store.cache import ShardCache
 from aisio.core.store.client import Client, client_for
 from aisio.core.store.config import AISConfig, resolve_config
 from aisio.core.store.etl import read_url
+from aisio.core.store.protocol import ObjectStore
 from aisio.core.store.sources import (
     as_sources,
     count,
@@ -30,6 +31,7 @@ from aisio.core.store.sources import (
     resolve,
     resolve_one,
 )
+from aisio.core.store.suggest import Lister
 from aisio.core.store.urls import ETL, AISPath, to_etl
 from aisio.core.system.imports import after_import, quietly
 from aisio.datapipes.base import (
@@ -128,6 +130,8 @@ class AISFileLister(_AISDataPipe):
         props: comma-separated properties to list (``"size,version"``); then items are
             ``(name, {prop: value})`` pairs instead of names.
         check_templates: verify that every name of a template exists (the default).
+        store: where the objects are listed from (default: the AIStore cluster of the
+            endpoint), e.g. a :class:`~aisio.MemoryStore`.
 
     Example:
         >>> from torch.utils.data.datapipes.iter import IterableWrapper
@@ -146,6 +150,7 @@ class AISFileLister(_AISDataPipe):
         check_templates: bool = True,
         page_size: int | None = None,
         endpoint: str | None = None,
+        store: ObjectStore | None = None,
     ) -> None:
         super().__init__(url, config,
                          length if length >= 0 else _count(source_datapipe, listing=True),
@@ -154,17 +159,21 @@ class AISFileLister(_AISDataPipe):
         self.props = props
         self.check_templates = check_templates
         self.page_size = page_size
+        self.store = store
+
+    def _lister(self) -> Lister:
+        return self.store if self.store is not None else self._client()
 
     def __iter__(self) -> Iterator[Any]:
         props = f"name,{self.props}" if self.props else "name"
         for item in _source_items(self.source_datapipe):
             for source in resolve_one(item, listing=True):
                 if source.kind == "prefix":
-                    for found, entry in list_prefix(self._client(), source.path, props=props,
+                    for found, entry in list_prefix(self._lister(), source.path, props=props,
                                                     page_size=self.page_size):
                         yield (found.uri(), entry) if self.props else found.uri()
                     continue
-                client = self._client() if self.check_templates else None
+                client = self._lister() if self.check_templates else None
                 for ref in objects(source, client, check=self.check_templates):
                     yield (ref.path.uri(), {}) if self.props else ref.path.uri()
 
@@ -252,6 +261,8 @@ class AISFileLoader(_AISDataPipe):
         batch_get: for many small objects, fetch up to this many consecutive objects of a bucket
             in one Get-Batch request (``/v1/ml/moss``), in order (0: one GET each). Objects with
             an ETL, and groups the cluster refuses, are read one by one.
+        store: where the objects are read from (default: the AIStore cluster of the
+            endpoint), e.g. a :class:`~aisio.MemoryStore`.
 
     Example:
         >>> streams = AISFileLister("ais://bucket/imgs/", url=endpoint).ais_load_files(
@@ -273,12 +284,13 @@ class AISFileLoader(_AISDataPipe):
         batch_get: int = 0,
         etl_name: str | None = None,
         endpoint: str | None = None,
+        store: ObjectStore | None = None,
     ) -> None:
         super().__init__(url, config, length, endpoint)
         self.source_datapipe = source_datapipe
         self.report = report if report is not None else ErrorReport()
         self.fetcher = Fetcher(self.config, _etl(etl, etl_name), concurrency, batch_get, cache,
-                               ErrorPolicy(on_error, self.report))
+                               ErrorPolicy(on_error, self.report), store)
 
     def __iter__(self) -> Iterator[tuple[Any, StreamWrapper]]:
         for key, stream in self.fetcher.streams(_source_items(self.source_datapipe)):

@@ -40,8 +40,9 @@ from aisio.core.order.loader import (
 )
 from aisio.core.pipeline.loop import OpenEpoch, ResumableLoader
 from aisio.core.pipeline.spec import PipelineSpec
-from aisio.core.store.client import client_for
+from aisio.core.store.ais import AISStore
 from aisio.core.store.config import AISConfig, resolve_config
+from aisio.core.store.protocol import ObjectStore
 from aisio.core.store.sources import (
     ObjectRef,
     Source,
@@ -186,11 +187,11 @@ def loader_setup(where: str, shards: Any, options: Mapping[str, Any], *, seed: i
     else:
         refuse_streams(streams, where)
     spec = PipelineSpec.build(**options)
-    refs = agreed_shards(shards, spec.config)
+    refs = agreed_shards(shards, spec.config, store=spec.store)
     rank, world = rank_and_world()
     return LoaderSetup(where, spec, tuple(refs), shared_seed(seed), rank, world,
                        cast(Uneven, uneven), deterministic, streams,
-                       TemplateCheck(templates_of(resolve(shards)), spec.config))
+                       TemplateCheck(templates_of(resolve(shards)), spec.config, spec.store))
 
 
 class TemplateCheck:
@@ -202,11 +203,14 @@ class TemplateCheck:
     Args:
         templates: the template sources to check.
         config: the cluster's configuration (None: ``AIS_ENDPOINT``).
+        store: where the shards are (None: that cluster).
     """
 
-    def __init__(self, templates: Sequence[Source], config: AISConfig | None) -> None:
+    def __init__(self, templates: Sequence[Source], config: AISConfig | None,
+                 store: ObjectStore | None = None) -> None:
         self.templates = tuple(templates)
         self.config = config
+        self.store = store
 
     def __call__(self) -> None:
         """Checks the templates, unless an earlier call found them whole.
@@ -216,7 +220,7 @@ class TemplateCheck:
                 the nearest template that does in the message.
         """
         if self.templates:
-            check_templates(client_for(resolve_config(None, self.config)), self.templates)
+            check_templates(_store(self.config, self.store), self.templates)
             self.templates = ()
 
     def before(self, open_epoch: OpenEpoch) -> OpenEpoch:
@@ -231,14 +235,17 @@ class TemplateCheck:
         return checked
 
 
-def list_shards(sources: Any, config: AISConfig | None = None) -> list[ObjectRef]:
+def list_shards(sources: Any, config: AISConfig | None = None, *,
+                store: ObjectStore | None = None) -> list[ObjectRef]:
     """Returns the shards that sources stand for, in this process: templates expanded and SDK
     objects converted without I/O, a bucket or prefix (``ais://b/train/``) listed once, here,
-    rather than in every worker and every epoch (see :mod:`aisio.core.store.sources`)."""
-    return _lister(config)(resolve(sources))
+    rather than in every worker and every epoch (see :mod:`aisio.core.store.sources`), from
+    ``store`` (None: the cluster of ``config``)."""
+    return _lister(config, store)(resolve(sources))
 
 
-def agreed_shards(sources: Any, config: AISConfig | None = None) -> list[ObjectRef]:
+def agreed_shards(sources: Any, config: AISConfig | None = None, *,
+                  store: ObjectStore | None = None) -> list[ObjectRef]:
     """Returns the shards that sources stand for, the same list on every rank: rank 0's (see
     the module doc); :func:`list_shards` without torch.distributed or with one rank. A
     collective under torch.distributed.
@@ -246,14 +253,19 @@ def agreed_shards(sources: Any, config: AISConfig | None = None) -> list[ObjectR
     Raises:
         ConfigError: the ranks were given different shards (named on every rank).
     """
-    return agree_on_shards(sources, _lister(config), job_ranks())
+    return agree_on_shards(sources, _lister(config, store), job_ranks())
 
 
-def _lister(config: AISConfig | None) -> Callable[[list[Source]], list[ObjectRef]]:
+def _store(config: AISConfig | None, store: ObjectStore | None) -> ObjectStore:
+    """Returns ``store``, else the cluster of ``config`` (None: ``AIS_ENDPOINT``)."""
+    return store if store is not None else AISStore(resolve_config(None, config))
+
+
+def _lister(config: AISConfig | None, store: ObjectStore | None
+            ) -> Callable[[list[Source]], list[ObjectRef]]:
     def shards(sources: list[Source]) -> list[ObjectRef]:
         listing = any(source.kind == "prefix" for source in sources)
-        return shard_list(sources, client_for(resolve_config(None, config)) if listing
-                          else None)
+        return shard_list(sources, _store(config, store) if listing else None)
 
     return shards
 

@@ -88,7 +88,7 @@ def test_the_rule_sees_what_it_must(tmp_path: Path) -> None:
     assert not may_import("aisio.core.faults.errors", "aisio.core.system.timing")
     assert may_import("aisio.core.store.client", "aisio.core.format.tar")
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
-    assert "aisio.core.store.client" in GRAPH["aisio.core.pipeline.fetch"]
+    assert "aisio.core.store.ais" in GRAPH["aisio.core.pipeline.fetch"]
 
 
 # ---- what importing a module does ------------------------------------------------------------

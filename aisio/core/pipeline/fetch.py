@@ -6,11 +6,15 @@ framework::
     fetcher = Fetcher(AISConfig.from_env(), concurrency=1)
     for name, stream in fetcher.streams(["ais://b/shard-{0..9}.tar"]):
         ...
+
+The bytes come from its ``store`` (:mod:`aisio.core.store.protocol`): the AIStore cluster of
+its config unless another is given, read through its ``cache`` if it has one.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
+import functools
 import io
 import logging
 import math
@@ -31,13 +35,11 @@ from aisio.core.faults.errors import (
 from aisio.core.faults.policy import (
     ErrorPolicy,
 )
-from aisio.core.store.batch import get_batch
+from aisio.core.store.ais import AISStore
 from aisio.core.store.cache import ShardCache
-from aisio.core.store.client import Client, client_for
 from aisio.core.store.config import AISConfig
-from aisio.core.store.etl import read_url
+from aisio.core.store.protocol import ObjectStore
 from aisio.core.store.sources import ObjectRef, objects, resolve_one
-from aisio.core.store.suggest import explained
 from aisio.core.store.urls import ETL
 from aisio.core.system.memory import keep_freed_memory
 
@@ -56,6 +58,7 @@ class Fetcher:
             request (``/v1/ml/moss``), in order (0: one GET each).
         cache: a :class:`ShardCache` that keeps objects read to the end on local disk.
         policy: what to do with a missing object (see :class:`ErrorPolicy`).
+        store: where the objects are read from (default: the AIStore cluster of ``config``).
     """
 
     config: AISConfig
@@ -64,6 +67,7 @@ class Fetcher:
     batch_get: int = 0
     cache: ShardCache | None = None
     policy: ErrorPolicy = field(default_factory=ErrorPolicy)
+    store: ObjectStore | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -100,15 +104,12 @@ class Fetcher:
                     )
                 yield from objects(source)
 
-    def client(self, ref: ObjectRef | None = None) -> Client:
-        """Returns this process's client for the object's endpoint (the configured one)."""
-        if ref is None or ref.endpoint is None or ref.endpoint == self.config.endpoint:
-            return client_for(self.config)
-        return client_for(self.config.with_endpoint(ref.endpoint))
-
-    def url(self, ref: ObjectRef) -> str:
-        """Returns the object's GET URL, with its ETL (else this fetcher's)."""
-        return read_url(self.client(ref).endpoint, ref.path, self.etl_of(ref))
+    @functools.cached_property
+    def reader(self) -> ObjectStore:
+        """Returns the store objects are read from: ``store`` (else the cluster of ``config``),
+        through ``cache`` if there is one."""
+        store = self.store if self.store is not None else AISStore(self.config)
+        return self.cache.over(store) if self.cache is not None else store
 
     def etl_of(self, ref: ObjectRef) -> ETL | None:
         """Returns the ETL an object is read through: its own, else this fetcher's."""
@@ -116,7 +117,8 @@ class Fetcher:
 
     # ---- reading ---------------------------------------------------------------------------
     def open(self, ref: ObjectRef, *, start: int = 0, expect: str | None = None) -> IO[bytes]:
-        """Returns a stream over one object from byte ``start`` (cached, or resumable over HTTP).
+        """Returns a stream over one object from byte ``start``, from the store (through the
+        cache).
 
         ``expect``: the content the object had when it was read before (a resumed shard).
 
@@ -125,13 +127,14 @@ class Fetcher:
                 or is no longer the ``expect`` ed content (:class:`ObjectChangedError`).
         """
         keep_freed_memory()  # once per process: the next batch reuses what this one frees
-        url = self.url(ref)
         etl = self.etl_of(ref)
-        version = None
+        if etl is not ref.etl:
+            ref = dataclasses.replace(ref, etl=etl)
         if etl is not None and expect is not None and not expect.startswith("size="):
             # An ETL's answer read into the cache was named by the version of the object it
-            # transforms (below); its resume asks that version again, not the answer's size.
-            now = self.client(ref).object_version(ref.path)
+            # transforms (see CachedStore); its resume asks that version again, not the
+            # answer's size.
+            now = self.reader.version(ref)
             if now != expect:
                 raise ObjectChangedError(
                     f"object {ref.uri()} changed since the checkpoint ({expect} -> {now}): its "
@@ -139,21 +142,7 @@ class Fetcher:
                     "shard again from the start (a new epoch) or restore the old object",
                     url=ref.uri())
             expect = None
-        if start == 0 and expect is None and self.cache is not None:
-            cached = self.cache.open(url, self.client(ref))
-            if cached is not None:
-                return cached  # type: ignore[return-value]
-            if etl is not None:
-                # An ETL's answer names no version: keep it under the version of the object it
-                # transforms, asked before the read (a newer object then never matches it).
-                with contextlib.suppress(AISIOError):
-                    version = self.client(ref).object_version(ref.path)
-        client = self.client(ref)
-        reader = explained(client, ref.path, lambda: client.open(
-            url, name=ref.path.uri(), etl=etl, start=start, expect=expect))
-        if start == 0 and self.cache is not None:
-            return self.cache.filling(url, reader, version)
-        return reader  # type: ignore[return-value]
+        return self.reader.open(ref, start=start, expect=expect)
 
     def streams(self, items: Iterable[Any]) -> Iterator[tuple[Any, IO[bytes]]]:
         """Yields ``(key, stream)`` for each object the items name, in order (the key is the
@@ -254,7 +243,7 @@ class Fetcher:
             for request in requests:
                 ref = request[1]
                 if group and (self.etl_of(ref) is not None or request[2]
-                              or self.client(ref) is not self.client(group[0][1])
+                              or ref.endpoint != group[0][1].endpoint
                               or ref.path.bucket != group[0][1].path.bucket
                               or len(group) == self.batch_get):
                     yield group
@@ -275,8 +264,7 @@ class Fetcher:
         first = group[0][1]
         if self.etl_of(first) is None and not group[0][2] and len(group) > 1:
             try:
-                for _, data in get_batch(self.client(first), first.path.bucket,
-                                         [ref.path.obj for _, ref, _ in group]):
+                for data in self.reader.get_batch([ref for _, ref, _ in group]):
                     fetched.data.append(data)
                     fetched.nbytes += len(data or b"")
             except AISIOError as exc:

@@ -26,6 +26,7 @@ from aisio.core.pipeline.fetch import Fetcher
 from aisio.core.pipeline.stages import SampleStage
 from aisio.core.store.cache import ShardCache
 from aisio.core.store.config import AISConfig, resolve_config
+from aisio.core.store.protocol import ObjectStore
 from aisio.core.store.urls import ETL, to_etl
 from aisio.core.system.tempfiles import owned_temporary
 from aisio.core.system.timing import StageTimes
@@ -91,6 +92,10 @@ class PipelineOptions:
     concurrency: int = field(default=1, metadata={"doc": "parallel GETs (for many small shards)."})
     cache: ShardCache | None = field(default=None, metadata={"doc": (
         "a :class:`ShardCache` keeping read shards on local disk for later epochs.")})
+    store: ObjectStore | None = field(default=None, metadata={"doc": (
+        "where the shards are read and listed from (default: the AIStore cluster of the "
+        "endpoint); e.g. a :class:`MemoryStore` in tests. It must pickle, to reach the "
+        "workers.")})
     timings: bool = field(default=False, metadata={"doc": (
         "measure where the time goes (network reads, tar parsing, decoding) in every process, "
         "as ``pipe.timings`` (a :class:`~aisio.core.system.timing.StageTimes`).")})
@@ -126,6 +131,7 @@ class PipelineSpec:
     cache: ShardCache | None
     times: StageTimes | None
     map: Callable[[Any], Any] | None
+    store: ObjectStore | None
 
     @classmethod
     def build(cls, **options: Any) -> PipelineSpec:
@@ -171,6 +177,7 @@ class PipelineSpec:
             cache=given.cache,
             times=StageTimes.temporary() if given.timings else None,
             map=check_map(given.map),
+            store=check_store(given.store),
         )
 
     def stage(self) -> SampleStage | None:
@@ -195,7 +202,17 @@ class PipelineSpec:
     def fetcher(self) -> Fetcher:
         """Returns the fetcher that reads this pipeline's shards."""
         return Fetcher(self.config, self.etl, self.concurrency, 0, self.cache,
-                       ErrorPolicy(self.on_error, self.report))
+                       ErrorPolicy(self.on_error, self.report), self.store)
+
+
+def check_store(store: Any) -> ObjectStore | None:
+    """Returns ``store=`` as given, or raises ConfigError when it is not an object store."""
+    if store is not None and not isinstance(store, ObjectStore):
+        raise ConfigError(
+            f"store={store!r} is not an object store: pass aisio.MemoryStore(...), or an object "
+            "with the methods of aisio.core.store.protocol.ObjectStore (open, version, "
+            "get_batch, list_pages, bucket_names); leave it out to read from AIStore")
+    return store
 
 
 def check_map(fn: Any) -> Callable[[Any], Any] | None:
@@ -370,5 +387,5 @@ PipelineSpec.build.__func__.__signature__ = options_signature(  # type: ignore[a
 
 
 __all__ = ["DEFAULT_SHUFFLE_BUFFER", "FOREIGN_OPTIONS", "LOADER_OPTIONS", "PipelineOptions",
-           "PipelineSpec", "check_map", "check_options", "documents_options", "options_doc",
-           "options_signature", "pipeline_options"]
+           "PipelineSpec", "check_map", "check_options", "check_store", "documents_options",
+           "options_doc", "options_signature", "pipeline_options"]

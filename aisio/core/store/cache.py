@@ -26,6 +26,7 @@ import logging
 import os
 import tempfile
 import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -35,9 +36,12 @@ from aisio.core.faults.errors import AISIOError, ConfigError
 from aisio.core.store.client import ReadStream, client_for
 from aisio.core.store.config import AISConfig
 from aisio.core.store.etl import parse_read_url
+from aisio.core.store.sources import ObjectRef
+from aisio.core.store.urls import ETL, AISPath, Bucket
 
 if TYPE_CHECKING:
     from aisio.core.store.client import Client
+    from aisio.core.store.protocol import ObjectStore
 
 log = logging.getLogger("aisio")
 
@@ -73,13 +77,19 @@ class ShardCache:
     def key(url: str) -> str:
         """Returns the object-and-ETL part of the key of GET ``url`` (no host, no port)."""
         _, path, etl = parse_read_url(url)
-        transform = json.dumps(etl.query(), sort_keys=True) if etl is not None else ""
-        return f"{path.uri()}\n{transform}"
+        return _key(path, etl)
 
     def path_for(self, url: str, version: str) -> Path:
         """Returns where version ``version`` of the shard behind GET ``url`` is cached."""
-        digest = hashlib.sha256(f"{self.key(url)}\n{version}".encode()).hexdigest()
+        return self._entry(self.key(url), version)
+
+    def _entry(self, key: str, version: str) -> Path:
+        digest = hashlib.sha256(f"{key}\n{version}".encode()).hexdigest()
         return self.directory / (digest[:40] + ".shard")
+
+    def over(self, store: ObjectStore) -> CachedStore:
+        """Returns ``store`` read through this cache (see :class:`CachedStore`)."""
+        return CachedStore(store, self)
 
     # ---- reading ---------------------------------------------------------------------------
     def open(self, url: str, client: Client | None = None) -> ReadStream | None:
@@ -97,9 +107,13 @@ class ShardCache:
         except AISIOError as exc:  # the GET that follows reports it properly
             log.debug("aisio: cache: no version for %s (%s); reading it", url, exc)
             return None
+        return self._cached(self.key(url), version, url)
+
+    def _cached(self, key: str, version: str | None, name: str) -> ReadStream | None:
+        """Returns the entry of ``version`` of the object ``key`` names, verified, or None."""
         if version is None:
             return None
-        entry = self.path_for(url, version)
+        entry = self._entry(key, version)
         try:
             handle = open(entry, "rb")  # noqa: SIM115 - handed to the caller
         except OSError:
@@ -113,7 +127,7 @@ class ShardCache:
         if size is None:
             handle.close()
             log.warning("aisio: cache entry %s of %s is damaged (%s); dropped, reading the "
-                        "shard from the cluster", entry, url, reason)
+                        "shard from the cluster", entry, name, reason)
             with contextlib.suppress(OSError):
                 entry.unlink()
             return None
@@ -128,9 +142,12 @@ class ShardCache:
         The entry is kept, once the shard was read to the end, under ``version``, else the
         ``version`` of ``source`` (an :class:`~aisio.core.store.client.ObjectReader` has one).
         """
+        return self._filling(self.key(url), source, version)
+
+    def _filling(self, key: str, source: Any, version: str | None) -> Any:
         if self._failed:
             return source
-        return _Tee(self, url, source, version)
+        return _Tee(self, key, source, version)
 
     def store(self, url: str, data: bytes, version: str | None) -> None:
         """Caches a shard that was read whole, as version ``version`` (None: not cached)."""
@@ -145,7 +162,7 @@ class ShardCache:
             with os.fdopen(fd, "wb") as sink:
                 sink.write(data)
                 sink.write(_MAGIC + xxhash.xxh3_64_digest(data))
-            self._admit(Path(name), url, version)
+            self._admit(Path(name), self.key(url), version)
         except OSError as exc:
             Path(name).unlink(missing_ok=True)
             self._write_failed(exc)
@@ -154,8 +171,8 @@ class ShardCache:
         """Returns the bytes the cached shards take."""
         return sum(p.stat().st_size for p in self.directory.glob("*.shard"))
 
-    def _admit(self, tmp: Path, url: str, version: str) -> None:
-        os.replace(tmp, self.path_for(url, version))
+    def _admit(self, tmp: Path, key: str, version: str) -> None:
+        os.replace(tmp, self._entry(key, version))
         self._evict()
 
     def _write_failed(self, exc: OSError) -> None:
@@ -190,6 +207,73 @@ class ShardCache:
 
     def __repr__(self) -> str:
         return f"ShardCache({str(self.directory)!r}, max_bytes={self.max_bytes})"
+
+
+def _key(path: AISPath, etl: ETL | None) -> str:
+    """Returns the object-and-ETL part of an entry's key (no endpoint: a cluster that moves
+    keeps its cache)."""
+    transform = json.dumps(etl.query(), sort_keys=True) if etl is not None else ""
+    return f"{path.uri()}\n{transform}"
+
+
+class CachedStore:
+    """A store read through a :class:`ShardCache`: a shard read from byte 0 is served from the
+    cache when its current version is there, else read from ``store`` and kept once read to
+    the end (:meth:`ShardCache.over` makes one; a loader's ``cache=`` wraps its store so).
+
+    The object's version is asked of ``store`` once per open (one HEAD on AIStore); an object
+    whose store names no version is read uncached. An object read through an ETL is kept under
+    the version of the object it transforms (its answer names none). A read from another byte
+    than 0 goes to ``store`` alone, a read that expects a version (a resumed shard) is not
+    served from the cache, and Get-Batch is not cached.
+
+    Args:
+        store: where the shards come from.
+        cache: where they are kept.
+    """
+
+    def __init__(self, store: ObjectStore, cache: ShardCache) -> None:
+        self.store = store
+        self.cache = cache
+
+    def open(self, ref: ObjectRef, *, start: int = 0, expect: str | None = None) -> IO[bytes]:
+        """Returns a stream over the object from ``start``: the cached entry, or the store's
+        stream copied into the cache as it is read (from byte 0)."""
+        version = None
+        if start == 0 and expect is None:
+            key = _key(ref.path, ref.etl)
+            try:
+                version = self.store.version(ref)
+            except AISIOError as exc:  # the read that follows reports it properly
+                log.debug("aisio: cache: no version for %s (%s); reading it", ref.uri(), exc)
+            cached = self.cache._cached(key, version, ref.uri())
+            if cached is not None:
+                return cached  # type: ignore[return-value]
+        stream = self.store.open(ref, start=start, expect=expect)
+        if start:
+            return stream
+        return self.cache._filling(_key(ref.path, ref.etl), stream,
+                                   version if ref.etl is not None else None)
+
+    def version(self, ref: ObjectRef) -> str | None:
+        """Returns the store's version of the object."""
+        return self.store.version(ref)
+
+    def get_batch(self, refs: Sequence[ObjectRef]) -> Iterator[bytes | None]:
+        """Yields the store's Get-Batch (uncached)."""
+        return self.store.get_batch(refs)
+
+    def list_pages(self, bucket: Bucket, prefix: str = "", *, props: str = "name",
+                   page_size: int | None = None) -> Iterator[list[dict[str, Any]]]:
+        """Yields the store's listing."""
+        return self.store.list_pages(bucket, prefix, props=props, page_size=page_size)
+
+    def bucket_names(self) -> list[str]:
+        """Returns the store's buckets."""
+        return self.store.bucket_names()
+
+    def __repr__(self) -> str:
+        return f"{self.cache!r}.over({self.store!r})"
 
 
 def _verified_size(handle: IO[bytes]) -> int | None:
@@ -250,11 +334,11 @@ class _Tee(ReadStream):
     #: Tells a reader that the rest of the stream is wanted to the end (to cache it whole).
     caching = True
 
-    def __init__(self, cache: ShardCache, url: str, source: Any,
+    def __init__(self, cache: ShardCache, key: str, source: Any,
                  version: str | None = None) -> None:
         super().__init__()
         self.cache = cache
-        self.url = url
+        self.key = key
         self.source = source
         #: the version the entry is kept under when the answer names none (an ETL's answer:
         #: the version of the object it transforms, asked before the read)
@@ -295,7 +379,7 @@ class _Tee(ReadStream):
                 self.sink.close()
                 self.sink = None
                 assert self.tmp is not None
-                self.cache._admit(self.tmp, self.url, version)
+                self.cache._admit(self.tmp, self.key, version)
         except OSError as exc:
             self._discard()
             self.cache._write_failed(exc)
@@ -308,7 +392,7 @@ class _Tee(ReadStream):
         version = getattr(self.source, "version", None)
         if version is None or self.tmp is None:
             return ""
-        return str(self.cache.path_for(self.url, version))
+        return str(self.cache._entry(self.key, version))
 
     def _discard(self) -> None:
         if self.sink is not None:

@@ -347,6 +347,12 @@ class Client:
         for page in self.list_pages(bucket, prefix, props=props, page_size=page_size):
             yield from page
 
+    def bucket_names(self) -> list[str]:
+        """Returns the names of the cluster's buckets (of every provider)."""
+        answer = self.request("GET", f"{self.endpoint}/v1/buckets/", name=self.endpoint,
+                              what="listing buckets")
+        return [bucket["name"] for bucket in answer.json() or []]
+
     # ---- objects ---------------------------------------------------------------------------
     def put_object(self, path: AISPath, data: bytes | IO[bytes]) -> None:
         """Writes one object (bytes or a file opened in binary mode)."""

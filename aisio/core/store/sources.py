@@ -53,7 +53,7 @@ from aisio.core.store.suggest import explained, nearest_existing
 from aisio.core.store.urls import ETL, AISPath, Bucket, expand_template, parse_ais_url
 
 if TYPE_CHECKING:
-    from aisio.core.store.client import Client
+    from aisio.core.store.suggest import Lister
 
 #: How many missing names an error message lists before it says "and N more".
 _SHOW_MISSING = 10
@@ -262,7 +262,7 @@ def count(sources: Sequence[Source]) -> int:
 
 
 def list_prefix(
-    client: Client, path: AISPath, *, props: str = "name", page_size: int | None = None
+    client: Lister, path: AISPath, *, props: str = "name", page_size: int | None = None
 ) -> Iterator[tuple[AISPath, dict[str, Any]]]:
     """Yields every object under the path's prefix with its listed properties."""
     pages = client.list_pages(path.bucket, path.obj, props=props, page_size=page_size)
@@ -271,16 +271,17 @@ def list_prefix(
             yield AISPath(path.bucket, entry["name"]), entry
 
 
-def missing_objects(client: Client, paths: Sequence[AISPath]) -> list[AISPath]:
+def missing_objects(client: Lister, paths: Sequence[AISPath]) -> list[AISPath]:
     """Returns which of ``paths`` (all in one bucket) do not exist, with one listing."""
     if not paths:
         return []
     prefix = os.path.commonprefix([p.obj for p in paths])  # noqa: RUF071 - string prefix wanted
-    present = {entry["name"] for entry in client.list_objects(paths[0].bucket, prefix)}
+    present = {entry["name"] for page in client.list_pages(paths[0].bucket, prefix)
+               for entry in page}
     return [p for p in paths if p.obj not in present]
 
 
-def check_template(client: Client, template: AISPath) -> list[AISPath]:
+def check_template(client: Lister, template: AISPath) -> list[AISPath]:
     """Returns the template's expansion, checked against the bucket with one listing.
 
     Raises:
@@ -306,7 +307,7 @@ def templates_of(sources: Sequence[Source]) -> tuple[Source, ...]:
     return tuple(source for source in sources if source.kind == "template")
 
 
-def check_templates(client: Client, templates: Iterable[Source]) -> None:
+def check_templates(client: Lister, templates: Iterable[Source]) -> None:
     """Checks that every name of each template exists (one listing per template), before a
     loader's first batch rather than when its epoch reaches the first missing shard.
 
@@ -317,7 +318,7 @@ def check_templates(client: Client, templates: Iterable[Source]) -> None:
         check_template(client, source.path)
 
 
-def objects(source: Source, client: Client | None = None, *, check: bool = False,
+def objects(source: Source, client: Lister | None = None, *, check: bool = False,
             page_size: int | None = None) -> Iterator[ObjectRef]:
     """Yields the objects one resolved source names: the object, a template's expansion
     (checked against the bucket with ``check``), or a prefix's listing (needs ``client``)."""
@@ -339,7 +340,7 @@ def objects(source: Source, client: Client | None = None, *, check: bool = False
             yield ObjectRef(path)
 
 
-def shard_list(sources: Any, client: Client | None) -> list[ObjectRef]:
+def shard_list(sources: Any, client: Lister | None) -> list[ObjectRef]:
     """Returns every object that shard sources name: templates expanded and prefixes listed once,
     here (in the training process), rather than in every worker and every epoch.
 

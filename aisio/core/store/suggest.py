@@ -19,14 +19,31 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 
 from aisio.core.faults.errors import AISIOError, BucketNotFoundError, ObjectNotFoundError
 from aisio.core.store.urls import AISPath, Bucket
 
-if TYPE_CHECKING:
-    from aisio.core.store.client import Client
+
+class Lister(Protocol):
+    """What a listing and a "did you mean" hint ask of a store (any
+    :class:`~aisio.core.store.protocol.ObjectStore`, or the client)."""
+
+    def list_pages(self, bucket: Bucket, prefix: str = "", *, props: str = "name",
+                   page_size: int | None = None) -> Iterator[list[dict[str, Any]]]:
+        """Yields the entries (``{"name": ..., ...}``) of the objects under ``prefix``, in name
+        order, a page at a time.
+
+        Raises:
+            BucketNotFoundError: the bucket does not exist.
+        """
+        ...
+
+    def bucket_names(self) -> list[str]:
+        """Returns the names of the store's buckets (asked only to explain a missing one)."""
+        ...
+
 
 T = TypeVar("T")
 #: Names one listing page asks for when a missing object's name may be a prefix.
@@ -35,7 +52,7 @@ _LIST_PAGE = 100
 _OPENING_BRACE = re.compile(r"(?<!\\)\{")
 
 
-def suggested(client: Client, path: AISPath, error: AISIOError) -> AISIOError:
+def suggested(client: Lister, path: AISPath, error: AISIOError) -> AISIOError:
     """Returns ``error`` (raised about ``path``) with what was likely meant, when the cluster
     knows of something close: a bucket for a missing bucket, a prefix or template for a missing
     object; else ``error`` itself. A template's missing names are explained where it is
@@ -53,7 +70,7 @@ def suggested(client: Client, path: AISPath, error: AISIOError) -> AISIOError:
     return error
 
 
-def explained(client: Client, path: AISPath, action: Callable[[], T]) -> T:
+def explained(client: Lister, path: AISPath, action: Callable[[], T]) -> T:
     """Returns ``action()`` (a request about ``path``); when it raises a missing bucket or
     object, raises :func:`suggested`'s error instead (the original as its cause)."""
     try:
@@ -69,7 +86,7 @@ def explained(client: Client, path: AISPath, action: Callable[[], T]) -> T:
 _HINT_PAGES = 10
 
 
-def nearest_existing(client: Client, template: AISPath) -> str:
+def nearest_existing(client: Lister, template: AISPath) -> str:
     """Returns what to do about a template whose names are missing: the nearest template of
     names that exist (``did you mean ais://b/shapes-{0000..0004}.tar``), else the prefix where
     objects do exist, else "fix the range or upload them". Lists the template's fixed start,
@@ -156,7 +173,7 @@ def template_of(names: Sequence[str]) -> str | None:
     return f"{heads.pop()}{{{numbers[0]:0{width}d}..{numbers[-1]:0{width}d}}}{tails.pop()}"
 
 
-def explain_missing(client: Client, path: AISPath, error: ObjectNotFoundError
+def explain_missing(client: Lister, path: AISPath, error: ObjectNotFoundError
                     ) -> ObjectNotFoundError:
     """Returns ``error`` (a GET or HEAD of ``path`` answered 404), or, when ``path``'s name is
     the start of other objects' names, an error that says so and how to name them: readers take
@@ -194,13 +211,11 @@ def explain_missing(client: Client, path: AISPath, error: ObjectNotFoundError
     return fixed
 
 
-def near_buckets(client: Client, name: str) -> list[str]:
+def near_buckets(client: Lister, name: str) -> list[str]:
     """Returns the names of the cluster's buckets close to ``name`` (a typo's likely target),
     closest first; none when the listing fails."""
     try:
-        answer = client.request("GET", f"{client.endpoint}/v1/buckets/", name=client.endpoint,
-                                what="listing buckets")
-        names = [b["name"] for b in answer.json() or []]
+        names = client.bucket_names()
     except (AISIOError, ValueError, KeyError, TypeError):
         return []
     return difflib.get_close_matches(name, names, n=2, cutoff=0.6)

@@ -1,5 +1,6 @@
 """DataLoader2 worker faults: a killed worker, a killed training process, a stalled read at
-shutdown, and errors raised in a worker reaching the training loop intact."""
+shutdown (errors raised in a worker reaching the training loop intact, over a MemoryStore:
+tests/unit/runtime/test_worker_errors.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import sys
 import textwrap
 import threading
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,8 @@ import pytest
 
 import aisio
 from aisio.core.store.client import Client
-from aisio.core.store.urls import AISPath, Bucket
-from tests.conftest import LOADERS, default_loader, needs_dataloader2, tar_bytes, write_shards
+from aisio.core.store.urls import Bucket
+from tests.conftest import LOADERS, default_loader, needs_dataloader2, write_shards
 from tests.faultproxy import fault_proxy
 
 
@@ -243,29 +243,3 @@ def test_closing_a_pipe_while_its_threads_stall_returns_fast(
     while any(t.name.startswith("aisio-get") for t in threading.enumerate()):
         assert time.monotonic() < deadline, "fetch threads outlived their connections"
         time.sleep(0.05)
-
-
-@pytest.mark.parametrize("name", sorted(LOADERS))
-def test_a_worker_error_arrives_intact(name: str, ais_endpoint: str, ais_client: Client,
-                                      bucket: Bucket) -> None:
-    raw = tar_bytes([(f"k{i}.bin", b"x" * 700) for i in range(4)])[:2300]  # cut in k1.bin's data
-    ais_client.put_object(AISPath(bucket, "truncated.tar"), raw)
-    shard = bucket.uri("truncated.tar")
-    loader = LOADERS[name](shard, url=ais_endpoint, num_workers=2)
-    try:
-        with pytest.raises(aisio.ShardFormatError) as info:
-            list(loader)
-    finally:
-        loader.shutdown()
-    error = info.value
-    assert (error.url, error.offset, error.member) == (shard, 2300, "k1.bin")
-    assert str(error).startswith(f"shard {shard}")
-    assert "Caught" not in str(error)
-    if name == "nodes":  # read in a thread of this process: the error keeps its own traceback
-        assert "aisio/core/format/tar.py" in "".join(traceback.format_tb(error.__traceback__))
-        return
-    # from a worker process: the worker's traceback is the error's cause, and a note says so
-    cause = error.__cause__
-    assert isinstance(cause, aisio.WorkerTraceback), repr(cause)
-    assert "worker process" in str(cause) and "aisio/core/format/tar.py" in str(cause)
-    assert any("worker process" in note for note in getattr(error, "__notes__", []))

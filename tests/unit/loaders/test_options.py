@@ -156,8 +156,8 @@ PIPE_OPTIONS = {
     "endpoint": None, "url": None, "config": None, "etl": None, "shuffle_shards": True,
     "shuffle_buffer": 1000, "decode": None, "decode_threads": 0, "tuple_fields": None,
     "batch_size": None, "collate": True, "drop_last": False, "on_error": "raise",
-    "report": None, "resampled": False, "concurrency": 1, "cache": None, "timings": False,
-    "map": None,
+    "report": None, "resampled": False, "concurrency": 1, "cache": None, "store": None,
+    "timings": False, "map": None,
 }
 
 
@@ -180,7 +180,7 @@ def test_the_option_defaults_are_the_specs() -> None:
     resolved = {"config", "etl", "report"}  # made into an AISConfig, an ETL, an ErrorReport
     kept = ({f.name for f in dataclasses.fields(PipelineSpec)} & set(pipeline_options())
             - resolved)
-    assert len(kept) == 11
+    assert len(kept) == 12
     for option in dataclasses.fields(PipelineOptions):
         if option.name in kept:
             assert getattr(spec, option.name) == option.default, option.name

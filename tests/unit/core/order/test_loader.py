@@ -31,7 +31,6 @@ from aisio.core.order.loader import (
     refuse_streams,
 )
 from aisio.core.order.reader import Chunk, reader_rounds, rounds_per_item
-from aisio.core.pipeline.fetch import Fetcher
 from aisio.core.pipeline.spec import PipelineSpec
 from aisio.core.transport.delivery import Failure
 from tests.unit.core.order.test_streams import Store, interleave
@@ -224,11 +223,11 @@ def _packs(items: Iterator[Any]) -> list[Any]:
 
 @pytest.mark.parametrize(("rank", "world", "workers"), [(0, 1, 1), (0, 1, 2), (1, 2, 2)])
 def test_the_setups_rounds_are_its_readers_rounds_of_the_published_epoch(
-        rank: int, world: int, workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        rank: int, world: int, workers: int) -> None:
     """What a front end's worker runs (OrderSetup.rounds, then stage_pack where samples are
     staged apart): the readers of the test front end above, over the published epoch."""
-    monkeypatch.setattr(Fetcher, "open", lambda self, ref, **kw: STORE.open(ref, **kw))
-    spec = PipelineSpec.build(endpoint="http://127.0.0.1:9", batch_size=8, shuffle_buffer=3,
+    memory = STORE.memory()
+    spec = PipelineSpec.build(store=memory, batch_size=8, shuffle_buffer=3,
                               map=lambda sample: sample["__key__"])
     setup = OrderSetup.build(STORE.refs, spec, seed=SEED, streams=4, rank=rank, world=world,
                              epochs=EpochPlan(), where="test")
@@ -237,22 +236,19 @@ def test_the_setups_rounds_are_its_readers_rounds_of_the_published_epoch(
     group = rounds_per_item(plan, plan.rank_streams(rank, world), workers)
     for worker in range(workers):
         expected = _packs(reader_rounds(plan, plan.reader_streams(rank, world, worker, workers),
-                                        STORE.open, group=group, stage=spec.stage()))
+                                        memory.open, group=group, stage=spec.stage()))
         assert expected and _packs(setup.rounds(worker, workers)) == expected
         staged_apart = [setup.stage_pack(pack) for pack in setup.rounds(worker, workers,
                                                                          stage=False)]
         assert _packs(iter(staged_apart)) == expected
 
 
-def test_a_reader_that_fails_ends_its_rounds_with_the_failure(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_reader_that_fails_ends_its_rounds_with_the_failure() -> None:
     error = aisio.ObjectNotFoundError("gone", url="ais://b/train-0000.tar")
-
-    def missing(self: Any, ref: Any, **kw: Any) -> Any:
-        raise error
-
-    monkeypatch.setattr(Fetcher, "open", missing)
-    spec = PipelineSpec.build(endpoint="http://127.0.0.1:9", batch_size=8)
+    memory = STORE.memory()
+    for ref in STORE.refs:
+        memory.fail(ref.uri(), error=error)
+    spec = PipelineSpec.build(store=memory, batch_size=8)
     setup = OrderSetup.build(STORE.refs, spec, seed=SEED, streams=4, rank=0, world=1,
                              epochs=EpochPlan(),
                              where="test")
@@ -272,12 +268,9 @@ def test_a_reader_that_fails_ends_its_rounds_with_the_failure(
     assert staged.stage_pack(failure) is failure
 
 
-def test_a_front_end_over_the_setups_rounds_resumes_where_it_stopped(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Fetcher, "open", lambda self, ref, **kw: STORE.open(ref, **kw))
-
+def test_a_front_end_over_the_setups_rounds_resumes_where_it_stopped() -> None:
     def loader(workers: int) -> OrderedLoader:
-        spec = PipelineSpec.build(endpoint="http://127.0.0.1:9", batch_size=8, shuffle_buffer=3)
+        spec = PipelineSpec.build(store=STORE.memory(), batch_size=8, shuffle_buffer=3)
         setup = OrderSetup.build(STORE.refs, spec, seed=SEED, streams=4, rank=0, world=1,
                                  epochs=EpochPlan(), where="test")
 
@@ -344,19 +337,14 @@ def test_an_epoch_that_a_rank_ends_early_is_over_like_any_other() -> None:
     assert keys(list(ordered(STORE))) == WHOLE  # (the same run from its start, for scale)
 
 
-def test_the_setups_rounds_default_to_one_reader_and_apply_the_error_policy(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_setups_rounds_default_to_one_reader_and_apply_the_error_policy() -> None:
     """``rounds()`` with no worker named is the only reader of the rank (all its streams);
-    a bad shard under ``on_error="skip"`` is skipped and recorded, not sent as a failure."""
+    a missing shard under ``on_error="skip"`` is skipped and recorded, not sent as a
+    failure."""
     bad = STORE.refs[2].uri()
-
-    def open(self: Any, ref: Any, **kw: Any) -> Any:
-        if ref.uri() == bad:
-            raise aisio.ObjectNotFoundError("gone", url=bad)
-        return STORE.open(ref, **kw)
-
-    monkeypatch.setattr(Fetcher, "open", open)
-    spec = PipelineSpec.build(endpoint="http://127.0.0.1:9", batch_size=8, on_error="skip",
+    memory = STORE.memory()
+    memory.delete(bad)
+    spec = PipelineSpec.build(store=memory, batch_size=8, on_error="skip",
                               map=lambda sample: sample["__key__"])
     setup = OrderSetup.build(STORE.refs, spec, seed=SEED, streams=4, rank=0, world=1,
                              epochs=EpochPlan(), where="test")

@@ -36,6 +36,7 @@ from aisio.core.order.streams import (
     check_order_state,
     merge_order_states,
 )
+from aisio.core.store.memory import MemoryStore
 from aisio.core.store.sources import ObjectRef
 from aisio.core.store.urls import parse_ais_url
 from tests import order_model
@@ -73,6 +74,13 @@ class Store:
         stream = io.BytesIO(data[start:])
         stream.version = version  # type: ignore[attr-defined]
         return stream
+
+    def memory(self) -> MemoryStore:
+        """Returns a MemoryStore of the same shards (for a loader's ``store=``)."""
+        memory = MemoryStore()
+        for name, data in self.data.items():
+            memory.put(name, data)
+        return memory
 
     def samples(self, index: int) -> list[str]:
         return [f"s{index}/k{k:03d}" for k in range(self.data[self.refs[index].uri()].count(

@@ -31,3 +31,11 @@ def test_help_shows_every_option_of_an_entry_point(name: str) -> None:
         assert f"{option}:" in text, (name, option)
     assert "default 1000" in text and "0: shard order" in text  # the default and its cost
     assert "100 MB" in text
+
+
+def test_a_store_is_kept_and_anything_else_refused_by_name() -> None:
+    store = aisio.MemoryStore({"b": {}})
+    assert PipelineSpec.build(store=store).store is store
+    assert PipelineSpec.build().store is None  # the cluster of the endpoint, made when read
+    with pytest.raises(aisio.ConfigError, match=r"store=\{\} is not an object store"):
+        PipelineSpec.build(store={})

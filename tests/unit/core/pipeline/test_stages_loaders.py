@@ -1,25 +1,27 @@
-"""The per-sample stage against the real AIStore: a corrupt JPEG ends the epoch, or is skipped
-and reported (also from worker processes), and every stage's time is counted, per epoch."""
+"""The per-sample stage in real pipes and loaders, over a MemoryStore: a corrupt JPEG ends the
+epoch, or is skipped and reported (also from worker processes), and every stage's time is
+counted, per epoch."""
 
 from __future__ import annotations
 
 import pytest
 
 import aisio
+from aisio.core.store.memory import MemoryStore
 from tests.conftest import LOADERS, default_loader
 
 
-def test_corrupt_jpeg_ends_the_epoch_by_default(ais_endpoint: str, jpeg_shards: str) -> None:
-    pipe = aisio.webdataset_pipe(jpeg_shards, url=ais_endpoint, decode="rgb8", shuffle_shards=False,
+def test_corrupt_jpeg_ends_the_epoch_by_default(store: MemoryStore, jpeg_shards: str) -> None:
+    pipe = aisio.webdataset_pipe(jpeg_shards, store=store, decode="rgb8", shuffle_shards=False,
                                  shuffle_buffer=0)
     with pytest.raises(aisio.DecodeError, match=r"'s1/0003'.*train-1\.tar"):
         list(pipe)
 
 
 @pytest.mark.parametrize("policy", ["skip", "warn"])
-def test_decode_policy_skips_only_the_bad_sample(ais_endpoint: str, jpeg_shards: str,
+def test_decode_policy_skips_only_the_bad_sample(store: MemoryStore, jpeg_shards: str,
                                                  policy: str) -> None:
-    pipe = aisio.webdataset_pipe(jpeg_shards, url=ais_endpoint, decode="rgb8", shuffle_shards=False,
+    pipe = aisio.webdataset_pipe(jpeg_shards, store=store, decode="rgb8", shuffle_shards=False,
                                  shuffle_buffer=0, tuple_fields="jpg;png json cls",
                                  on_error=policy)
     if policy == "warn":
@@ -36,9 +38,9 @@ def test_decode_policy_skips_only_the_bad_sample(ais_endpoint: str, jpeg_shards:
 
 
 @pytest.mark.torchdata
-def test_workers_record_skipped_samples_and_stage_times(ais_endpoint: str,
+def test_workers_record_skipped_samples_and_stage_times(store: MemoryStore,
                                                         jpeg_shards: str) -> None:
-    loader = default_loader(jpeg_shards, url=ais_endpoint, decode="rgb8", on_error="skip",
+    loader = default_loader(jpeg_shards, store=store, decode="rgb8", on_error="skip",
                             tuple_fields="jpg cls", num_workers=2, timings=True)
     try:
         got = list(loader.timings.wait_on(loader))
@@ -53,8 +55,8 @@ def test_workers_record_skipped_samples_and_stage_times(ais_endpoint: str,
 
 
 @pytest.mark.parametrize("name", sorted(LOADERS))
-def test_timings_cover_the_current_epoch(name: str, ais_endpoint: str, jpeg_shards: str) -> None:
-    loader = LOADERS[name](jpeg_shards, url=ais_endpoint, decode="rgb8", on_error="skip",
+def test_timings_cover_the_current_epoch(name: str, store: MemoryStore, jpeg_shards: str) -> None:
+    loader = LOADERS[name](jpeg_shards, store=store, decode="rgb8", on_error="skip",
                            tuple_fields="jpg cls", num_workers=2, timings=True)
     try:
         for _ in range(2):

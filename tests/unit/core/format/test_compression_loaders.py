@@ -1,4 +1,5 @@
-"""Compressed shards (.tar.gz, .tgz, .tar.bz2, .tar.xz) read from the real AIStore."""
+"""Compressed shards (.tar.gz, .tgz, .tar.bz2, .tar.xz) read through the pipes, over a
+MemoryStore (the formats alone: tests/unit/core/format/test_compression.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,9 @@ import pytest
 import webdataset as wds
 
 import aisio
-from aisio.core.store.client import Client
+from aisio.core.store.memory import MemoryStore
 from aisio.core.store.urls import AISPath, Bucket
 from tests.conftest import sample_keys
-from tests.faultproxy import fault_proxy
 
 
 def shard(index: int, n: int = 20) -> bytes:
@@ -38,13 +38,13 @@ PACK = {
 
 @pytest.mark.parametrize("suffix", sorted(PACK))
 def test_compressed_shards_read_through_loader_and_parser(
-        ais_endpoint: str, ais_client: Client, bucket: Bucket, suffix: str) -> None:
+        store: MemoryStore, bucket: Bucket, suffix: str) -> None:
     expected = []
     for i in range(3):
         raw = shard(i)
-        ais_client.put_object(AISPath(bucket, f"train-{i}.{suffix}"), PACK[suffix](raw))
+        store.put(AISPath(bucket, f"train-{i}.{suffix}"), PACK[suffix](raw))
         expected += [f"s{i}/{k:04d}" for k in range(20)]
-    pipe = aisio.AISFileLoader(bucket.uri(f"train-{{0..2}}.{suffix}"), url=ais_endpoint
+    pipe = aisio.AISFileLoader(bucket.uri(f"train-{{0..2}}.{suffix}"), store=store
                                ).ais_parse_webdataset()
     samples = list(pipe)
     assert sample_keys(samples) == expected
@@ -62,45 +62,44 @@ def wds_first_bin(raw: bytes) -> bytes:
 
 
 def test_compressed_shards_in_the_full_pipeline_with_cache(
-        ais_endpoint: str, ais_client: Client, bucket: Bucket, tmp_path: object) -> None:
-    ais_client.put_object(AISPath(bucket, "a.tar.gz"), gzip.compress(shard(0)))
-    ais_client.put_object(AISPath(bucket, "b.tar"), shard(1))  # plain, beside it
+        store: MemoryStore, bucket: Bucket, tmp_path: object) -> None:
+    store.put(AISPath(bucket, "a.tar.gz"), gzip.compress(shard(0)))
+    store.put(AISPath(bucket, "b.tar"), shard(1))  # plain, beside it
     cache = aisio.ShardCache(str(tmp_path), max_bytes=1 << 30)
-    pipe = aisio.webdataset_pipe([bucket.uri("a.tar.gz"), bucket.uri("b.tar")], url=ais_endpoint,
+    pipe = aisio.webdataset_pipe([bucket.uri("a.tar.gz"), bucket.uri("b.tar")], store=store,
                                  decode="pil", tuple_fields=("bin", "cls"), shuffle_shards=False,
                                  shuffle_buffer=0, cache=cache)
     first = list(pipe)
     assert len(list(Path(tmp_path).glob("*.shard"))) == 2  # both shards, as they are stored
-    with fault_proxy(ais_endpoint) as proxy:  # counts the GETs of the second pass
-        pipe = aisio.webdataset_pipe([bucket.uri("a.tar.gz"), bucket.uri("b.tar")],
-                                     url=proxy.endpoint, decode="pil",
-                                     tuple_fields=("bin", "cls"), shuffle_shards=False,
-                                     shuffle_buffer=0, cache=cache)
-        again = list(pipe)  # from the cache: the compressed bytes, decompressed again
-        assert proxy.object_gets == 0  # only HEADs (the version): no byte from the cluster
+    store.opens.clear()  # counts the reads of the second pass
+    pipe = aisio.webdataset_pipe([bucket.uri("a.tar.gz"), bucket.uri("b.tar")], store=store,
+                                 decode="pil", tuple_fields=("bin", "cls"), shuffle_shards=False,
+                                 shuffle_buffer=0, cache=cache)
+    again = list(pipe)  # from the cache: the compressed bytes, decompressed again
+    assert store.opens == []  # only the versions were asked: no byte from the store
     assert len(first) == 40 and first == again
 
 
 def test_bad_compressed_shards_are_typed_and_skippable(
-        ais_endpoint: str, ais_client: Client, bucket: Bucket) -> None:
+        store: MemoryStore, bucket: Bucket) -> None:
     packed = gzip.compress(shard(0, n=40))
-    ais_client.put_object(AISPath(bucket, "cut.tar.gz"), packed[: len(packed) // 2])
+    store.put(AISPath(bucket, "cut.tar.gz"), packed[: len(packed) // 2])
     corrupt = bytearray(lzma.compress(shard(1, n=40)))
     corrupt[len(corrupt) // 2 : len(corrupt) // 2 + 32] = bytes(32)
-    ais_client.put_object(AISPath(bucket, "corrupt.tar.xz"), bytes(corrupt))
-    ais_client.put_object(AISPath(bucket, "tiny.tar"), b'{"not": "a tar"}')
-    ais_client.put_object(AISPath(bucket, "good.tar.bz2"), bz2.compress(shard(2)))
+    store.put(AISPath(bucket, "corrupt.tar.xz"), bytes(corrupt))
+    store.put(AISPath(bucket, "tiny.tar"), b'{"not": "a tar"}')
+    store.put(AISPath(bucket, "good.tar.bz2"), bz2.compress(shard(2)))
 
     with pytest.raises(aisio.ShardFormatError, match=r"gzip-compressed.*truncated") as info:
-        list(aisio.AISFileLoader(bucket.uri("cut.tar.gz"), url=ais_endpoint
+        list(aisio.AISFileLoader(bucket.uri("cut.tar.gz"), store=store
                                  ).ais_parse_webdataset())
     assert info.value.offset and info.value.offset > 0
     with pytest.raises(aisio.ShardFormatError, match="is not a tar file"):
-        list(aisio.AISFileLoader(bucket.uri("tiny.tar"), url=ais_endpoint).ais_parse_webdataset())
+        list(aisio.AISFileLoader(bucket.uri("tiny.tar"), store=store).ais_parse_webdataset())
 
     report = aisio.ErrorReport()
     names = [bucket.uri(n) for n in ("cut.tar.gz", "corrupt.tar.xz", "tiny.tar", "good.tar.bz2")]
-    samples = list(aisio.AISFileLoader(names, url=ais_endpoint).ais_parse_webdataset(
+    samples = list(aisio.AISFileLoader(names, store=store).ais_parse_webdataset(
         on_error="skip", report=report))
     assert [s["__key__"] for s in samples][-20:] == [f"s2/{k:04d}" for k in range(20)]
     assert {r["shard"].rsplit("/", 1)[-1] for r in report.records()} == {

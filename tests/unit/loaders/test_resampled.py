@@ -1,5 +1,5 @@
-"""``resampled=True, samples_per_epoch=N`` on every loader (issue #29, item 3), against the
-real node: N samples per epoch, drawn anew each epoch; no mid-epoch state (StateMismatchError)
+"""``resampled=True, samples_per_epoch=N`` on every loader (issue #29, item 3), over a
+MemoryStore: N samples per epoch, drawn anew each epoch; no mid-epoch state (StateMismatchError)
 and, on the loaders that seed their own readers, ``set_epoch(e)`` draws epoch e again."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import aisio
-from aisio.core.store.client import Client
+from aisio.core.store.memory import MemoryStore
 from aisio.core.store.urls import Bucket
 from tests.conftest import LOADERS, write_shards
 
@@ -23,11 +23,10 @@ def keys_of(loader: Any) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", sorted(LOADERS))
-def test_every_loader_resamples_an_epoch_of_n_samples(kind: str, ais_endpoint: str,
-                                                      ais_client: Client, bucket: Bucket,
+def test_every_loader_resamples_an_epoch_of_n_samples(kind: str, store: MemoryStore, bucket: Bucket,
                                                       tmp_path: Path) -> None:
-    template, keys = write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=4)
-    loader = LOADERS[kind](template, url=ais_endpoint, resampled=True,
+    template, keys = write_shards(store, bucket, tmp_path, shards=3, per_shard=4)
+    loader = LOADERS[kind](template, store=store, resampled=True,
                            samples_per_epoch=SAMPLES, num_workers=2, batch_size=4, seed=7,
                            tuple_fields=("__key__", "cls"), shuffle_buffer=4)
     try:

@@ -1,6 +1,6 @@
-"""What each loader's state promises: map= resumes exactly once on every loader; post=,
-resampled=True and make_loader refuse to checkpoint instead of replaying; samples_per_epoch
-counts samples."""
+"""What each loader's state promises, over a MemoryStore: map= resumes exactly once on every
+loader; post=, resampled=True and make_loader refuse to checkpoint instead of replaying;
+samples_per_epoch counts samples; a shard overwritten since the checkpoint is not read on."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 
 import aisio
 from aisio.core.pipeline.spec import PipelineSpec
-from aisio.core.store.client import Client
-from aisio.core.store.urls import AISPath, Bucket, bucket_url
+from aisio.core.store.memory import MemoryStore
+from aisio.core.store.urls import AISPath, Bucket
 from tests.conftest import LOADERS, needs_dataloader2, write_shards
 
 
@@ -32,15 +32,15 @@ def add_rows(pipe: Any) -> Any:
 
 
 @pytest.fixture
-def shards(ais_client: Client, bucket: Bucket, tmp_path: Path) -> tuple[str, list[str]]:
-    return write_shards(ais_client, bucket, tmp_path, shards=4, per_shard=49)  # 202 samples
+def shards(store: MemoryStore, bucket: Bucket, tmp_path: Path) -> tuple[str, list[str]]:
+    return write_shards(store, bucket, tmp_path, shards=4, per_shard=49)  # 202 samples
 
 
 @pytest.mark.parametrize("name", sorted(LOADERS))
 def test_map_runs_per_sample_and_resumes_exactly_once(
-        name: str, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+        name: str, store: MemoryStore, shards: tuple[str, list[str]]) -> None:
     template, keys = shards
-    options = {"url": ais_endpoint, "tuple_fields": ("__key__",), "map": shout,
+    options = {"store": store, "tuple_fields": ("__key__",), "map": shout,
                "batch_size": 4, "shuffle_buffer": 8, "num_workers": 2, "seed": 5}
     loader = LOADERS[name](template, **options)
     got: list[str] = []
@@ -64,11 +64,11 @@ def test_map_runs_per_sample_and_resumes_exactly_once(
 @needs_dataloader2
 @pytest.mark.parametrize("how", ["post", "resampled", "make_loader"])
 def test_a_loader_without_positions_refuses_to_checkpoint(
-        how: str, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+        how: str, store: MemoryStore, shards: tuple[str, list[str]]) -> None:
     """Before: DataLoader2's own pickled state, accepted back silently; the "resumed" run
     replayed the epoch (80 of 200 samples delivered twice)."""
     template, _ = shards
-    options: dict[str, Any] = {"url": ais_endpoint, "num_workers": 2, "seed": 0,
+    options: dict[str, Any] = {"store": store, "num_workers": 2, "seed": 0,
                                "shuffle_shards": False}
     if how == "post":
         loader = aisio.webdataset_loader(template, post=add_rows, batch_size=4, **options)
@@ -77,7 +77,7 @@ def test_a_loader_without_positions_refuses_to_checkpoint(
                                          **options)
     else:
         seed = options.pop("seed")
-        loader = aisio.make_loader(aisio.webdataset_pipe(template, url=options.pop("url"),
+        loader = aisio.make_loader(aisio.webdataset_pipe(template, store=options.pop("store"),
                                                          shuffle_shards=False), seed=seed,
                                    **{"num_workers": options["num_workers"]})
     items = iter(loader)
@@ -94,9 +94,9 @@ def test_a_loader_without_positions_refuses_to_checkpoint(
 
 @needs_dataloader2
 @pytest.mark.parametrize(("total", "workers"), [(10, 2), (11, 2), (7, 0), (5, 3)])
-def test_samples_per_epoch_counts_samples(total: int, workers: int, ais_endpoint: str,
+def test_samples_per_epoch_counts_samples(total: int, workers: int, store: MemoryStore,
                                           shards: tuple[str, list[str]]) -> None:
-    loader = aisio.webdataset_loader(shards[0], url=ais_endpoint, resampled=True,
+    loader = aisio.webdataset_loader(shards[0], store=store, resampled=True,
                                      samples_per_epoch=total, batch_size=16,
                                      tuple_fields=("__key__",), num_workers=workers, seed=1)
     try:
@@ -108,22 +108,15 @@ def test_samples_per_epoch_counts_samples(total: int, workers: int, ais_endpoint
 
 
 @needs_dataloader2
-def test_an_unpicklable_map_is_named(ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+def test_an_unpicklable_map_is_named(store: MemoryStore, shards: tuple[str, list[str]]) -> None:
     with pytest.raises(aisio.ConfigError, match="<lambda>"):
-        aisio.webdataset_loader(shards[0], url=ais_endpoint, num_workers=2,
+        aisio.webdataset_loader(shards[0], store=store, num_workers=2,
                                 map=lambda sample: sample)
 
 
-def test_map_must_be_a_function(ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+def test_map_must_be_a_function(store: MemoryStore, shards: tuple[str, list[str]]) -> None:
     with pytest.raises(aisio.ConfigError, match="map="):
-        aisio.webdataset_pipe(shards[0], url=ais_endpoint, map="upper")
-
-
-def _unversioned(client: Client, bucket: Bucket) -> None:
-    """Turns off versioning and checksums: then GET answers name no version at all."""
-    client.request("PATCH", bucket_url(client.endpoint, bucket), name=bucket.uri(),
-                   what="setting props", json={"action": "set-bprops", "value": {
-                       "versioning": {"enabled": False}, "checksum": {"type": "none"}}}).close()
+        aisio.webdataset_pipe(shards[0], store=store, map="upper")
 
 
 def _read_some(make: Any, template: str, **options: Any) -> tuple[list[str], dict[str, Any]]:
@@ -143,17 +136,16 @@ def _read_some(make: Any, template: str, **options: Any) -> tuple[list[str], dic
 @pytest.mark.parametrize("name", sorted(LOADERS))
 @pytest.mark.parametrize("versioned", [True, False])
 def test_a_shard_overwritten_since_the_checkpoint_is_not_read_on(
-        name: str, versioned: bool, ais_endpoint: str, ais_client: Client, bucket: Bucket,
+        name: str, versioned: bool, store: MemoryStore, bucket: Bucket,
         tmp_path: Path) -> None:
-    if not versioned:
-        _unversioned(ais_client, bucket)
-    template, _ = write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=40)
-    _, state = _read_some(LOADERS[name], template, url=ais_endpoint)
+    store.versioned = versioned  # False: answers name no version (nor checksum) at all
+    template, _ = write_shards(store, bucket, tmp_path, shards=3, per_shard=40)
+    _, state = _read_some(LOADERS[name], template, store=store)
     assert state["partial"] and set(state["versions"]) == set(state["partial"])
     if not versioned:  # nothing names the version: only the size is known
         assert all(v.startswith("size=") for v in state["versions"].values())
-    write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=45)  # new content, same names
-    resumed = LOADERS[name](template, url=ais_endpoint, tuple_fields=("__key__",), batch_size=4,
+    write_shards(store, bucket, tmp_path, shards=3, per_shard=45)  # new content, same names
+    resumed = LOADERS[name](template, store=store, tuple_fields=("__key__",), batch_size=4,
                             num_workers=1, seed=2)
     resumed.load_state_dict(state)
     try:
@@ -163,26 +155,26 @@ def test_a_shard_overwritten_since_the_checkpoint_is_not_read_on(
         resumed.shutdown()
 
 
-def test_a_state_without_versions_still_resumes(ais_endpoint: str, ais_client: Client,
+def test_a_state_without_versions_still_resumes(store: MemoryStore,
                                                 bucket: Bucket, tmp_path: Path) -> None:
     make = LOADERS["dataloader"]
-    template, keys = write_shards(ais_client, bucket, tmp_path, shards=3, per_shard=40)
-    got, state = _read_some(make, template, url=ais_endpoint)
+    template, keys = write_shards(store, bucket, tmp_path, shards=3, per_shard=40)
+    got, state = _read_some(make, template, store=store)
     del state["versions"]  # as saved before states recorded them
-    resumed = make(template, url=ais_endpoint, tuple_fields=("__key__",), batch_size=4)
+    resumed = make(template, store=store, tuple_fields=("__key__",), batch_size=4)
     resumed.load_state_dict(state)
     got.extend(key for (batch,) in resumed for key in batch)
     assert Counter(got) == Counter(keys)
 
 
-def test_runs_of_small_samples_resume_exactly_once(ais_client: Client, bucket: Bucket,
-                                                   tmp_path: Path, ais_endpoint: str) -> None:
+def test_runs_of_small_samples_resume_exactly_once(store: MemoryStore,
+                                                   bucket: Bucket) -> None:
     """The one-call loader in one process over shards of small samples, in their stored order:
     the path where regular samples come in runs (aisio.core.format.runs), stopped mid-epoch
     and resumed: every sample once, each batch as the per-sample path makes it."""
-    template, keys = _ustar_shards(ais_client, bucket, shards=3, per_shard=150)
+    template, keys = _ustar_shards(store, bucket, shards=3, per_shard=150)
     options: dict[str, Any] = {
-        "url": ais_endpoint, "batch_size": 16, "shuffle_buffer": 0, "shuffle_shards": False,
+        "store": store, "batch_size": 16, "shuffle_buffer": 0, "shuffle_shards": False,
         "decode": aisio.Decoder(None, only=["cls"]), "tuple_fields": ("__key__", "bin", "cls"),
         "num_workers": 0, "seed": 1}
     assert PipelineSpec.build(**{k: v for k, v in options.items()
@@ -203,9 +195,9 @@ def test_runs_of_small_samples_resume_exactly_once(ais_client: Client, bucket: B
     assert Counter(key for k, _, _ in got for key in k) == Counter(keys)
 
 
-def _ustar_shards(client: Client, bucket: Bucket, *, shards: int, per_shard: int
+def _ustar_shards(store: MemoryStore, bucket: Bucket, *, shards: int, per_shard: int
                   ) -> tuple[str, list[str]]:
-    """Uploads shards of ``(bin, cls)`` samples written as plain ustar members (as tarfile
+    """Writes shards of ``(bin, cls)`` samples written as plain ustar members (as tarfile
     and GNU tar write them; ``write_shards`` writes webdataset's way, a pax mtime header
     before each member); returns (template, keys)."""
     keys = []
@@ -220,7 +212,7 @@ def _ustar_shards(client: Client, bucket: Bucket, *, shards: int, per_shard: int
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
                 keys.append(key)
-        client.put_object(AISPath(bucket, f"runs-{s:04d}.tar"), out.getvalue())
+        store.put(AISPath(bucket, f"runs-{s:04d}.tar"), out.getvalue())
     return bucket.uri(f"runs-{{0000..{shards - 1:04d}}}.tar"), keys
 
 

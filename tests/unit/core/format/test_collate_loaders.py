@@ -1,5 +1,5 @@
-"""A batch of images of different sizes, on every loader against the real AIStore: a typed
-error naming the shard and the sample (the unit test: tests/unit/core/format/test_collate.py)."""
+"""A batch of images of different sizes, on every loader over a MemoryStore: a typed error
+naming the shard and the sample (collate alone: tests/unit/core/format/test_collate.py)."""
 
 from __future__ import annotations
 
@@ -11,22 +11,22 @@ import webdataset as wds
 from PIL import Image
 
 import aisio
-from aisio.core.store.client import Client
+from aisio.core.store.memory import MemoryStore
 from aisio.core.store.urls import AISPath, Bucket
 from tests.conftest import LOADERS
 
 
 @pytest.mark.parametrize("name", [*sorted(LOADERS), "pipe"])
 def test_images_of_different_sizes_name_their_shard_and_sample(
-        name: str, ais_endpoint: str, ais_client: Client, bucket: Bucket) -> None:
+        name: str, store: MemoryStore, bucket: Bucket) -> None:
     out = io.BytesIO()
     with wds.TarWriter(out) as sink:
         for i in range(4):
             image = io.BytesIO()
             Image.new("RGB", (8, 8) if i != 2 else (12, 10)).save(image, "PNG")
             sink.write({"__key__": f"k{i}", "png": image.getvalue(), "cls": i})
-    ais_client.put_object(AISPath(bucket, "mixed.tar"), out.getvalue())
-    options: dict[str, Any] = dict(url=ais_endpoint, decode="torchrgb", tuple_fields="png cls",
+    store.put(AISPath(bucket, "mixed.tar"), out.getvalue())
+    options: dict[str, Any] = dict(store=store, decode="torchrgb", tuple_fields="png cls",
                                    batch_size=4, shuffle_buffer=0)
     make = LOADERS.get(name, aisio.webdataset_pipe)
     loader = make(bucket.uri("mixed.tar"), **options)

@@ -1,5 +1,6 @@
 """The same pipeline on every loader this environment has: DataLoader2 (torchdata < 0.10),
-DataLoader, StatefulDataLoader, torchdata.nodes (torchdata >= 0.10), against the real node."""
+DataLoader, StatefulDataLoader, torchdata.nodes (torchdata >= 0.10), over a MemoryStore (what
+the loaders do with HTTP and the cluster: tests/integration)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 import aisio
-from aisio.core.store.client import Client
+from aisio.core.store.memory import MemoryStore
 from aisio.core.store.urls import Bucket
 from tests.conftest import LOADERS, child_pids, needs_dataloader2, thread_token, write_shards
 
@@ -25,8 +26,8 @@ OPTIONS = {"shuffle_buffer": 16, "tuple_fields": ("__key__", "cls"), "batch_size
 
 
 @pytest.fixture
-def shards(ais_client: Client, bucket: Bucket, tmp_path: Path) -> tuple[str, list[str]]:
-    return write_shards(ais_client, bucket, tmp_path, shards=5, per_shard=9)
+def shards(store: MemoryStore, bucket: Bucket, tmp_path: Path) -> tuple[str, list[str]]:
+    return write_shards(store, bucket, tmp_path, shards=5, per_shard=9)
 
 
 def keys_of(loader: Any) -> list[str]:
@@ -39,9 +40,9 @@ def make(request: pytest.FixtureRequest) -> Any:
 
 
 def test_two_workers_deliver_every_sample_once_per_epoch(
-        make: Any, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+        make: Any, store: MemoryStore, shards: tuple[str, list[str]]) -> None:
     template, keys = shards
-    loader = make(template, url=ais_endpoint, num_workers=2, seed=3, **OPTIONS)
+    loader = make(template, store=store, num_workers=2, seed=3, **OPTIONS)
     try:
         first, second = keys_of(loader), keys_of(loader)
     finally:
@@ -50,21 +51,21 @@ def test_two_workers_deliver_every_sample_once_per_epoch(
     assert first != second  # every epoch is reshuffled
 
 
-def test_seed_reproduces_the_order(make: Any, ais_endpoint: str,
+def test_seed_reproduces_the_order(make: Any, store: MemoryStore,
                                    shards: tuple[str, list[str]]) -> None:
     template, _ = shards
     runs = []
     for _ in range(2):
-        loader = make(template, url=ais_endpoint, num_workers=2, seed=11, **OPTIONS)
+        loader = make(template, store=store, num_workers=2, seed=11, **OPTIONS)
         runs.append((keys_of(loader), keys_of(loader)))
         loader.shutdown()
     assert runs[0] == runs[1]
 
 
-def test_more_workers_than_shards(make: Any, ais_endpoint: str, ais_client: Client,
+def test_more_workers_than_shards(make: Any, store: MemoryStore,
                                   bucket: Bucket, tmp_path: Path) -> None:
-    template, keys = write_shards(ais_client, bucket, tmp_path, shards=2, per_shard=3)
-    loader = make(template, url=ais_endpoint, num_workers=3, **OPTIONS)
+    template, keys = write_shards(store, bucket, tmp_path, shards=2, per_shard=3)
+    loader = make(template, store=store, num_workers=3, **OPTIONS)
     try:
         assert sorted(keys_of(loader)) == sorted(keys)
     finally:
@@ -72,11 +73,11 @@ def test_more_workers_than_shards(make: Any, ais_endpoint: str, ais_client: Clie
 
 
 @pytest.mark.parametrize("workers", [(2, 1), (2, 3), (2, 2), (0, 2), (2, 0)])
-def test_resume_mid_epoch_on_other_worker_counts(make: Any, ais_endpoint: str,
+def test_resume_mid_epoch_on_other_worker_counts(make: Any, store: MemoryStore,
                                                  shards: tuple[str, list[str]],
                                                  workers: tuple[int, int]) -> None:
     template, keys = shards
-    loader = make(template, url=ais_endpoint, num_workers=workers[0], seed=5, **OPTIONS)
+    loader = make(template, store=store, num_workers=workers[0], seed=5, **OPTIONS)
     before: list[str] = []
     for step, (names, _) in enumerate(loader):
         before += names
@@ -85,7 +86,7 @@ def test_resume_mid_epoch_on_other_worker_counts(make: Any, ais_endpoint: str,
             break
     loader.shutdown()
     assert state["delivered"] == len(before) == 20
-    resumed = make(template, url=ais_endpoint, num_workers=workers[1], seed=5, **OPTIONS)
+    resumed = make(template, store=store, num_workers=workers[1], seed=5, **OPTIONS)
     resumed.load_state_dict(state)
     try:
         after = keys_of(resumed)
@@ -101,13 +102,13 @@ def _in_shard_order(batch: list[str], keys: list[str]) -> bool:
 
 
 def test_samples_are_shuffled_by_default_and_zero_turns_it_off(
-        make: Any, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+        make: Any, store: MemoryStore, shards: tuple[str, list[str]]) -> None:
     """The README's quick start (no shuffle_buffer given) trains shuffled on every loader."""
     template, keys = shards
     first = {}
     for buffer in (None, 0):
         extra = {} if buffer is None else {"shuffle_buffer": buffer}
-        loader = make(template, url=ais_endpoint, tuple_fields=("__key__", "cls"), batch_size=6,
+        loader = make(template, store=store, tuple_fields=("__key__", "cls"), batch_size=6,
                       num_workers=2, seed=0, **extra)
         try:
             batches = list(loader)  # the whole epoch: no reader left running in the background
@@ -119,11 +120,11 @@ def test_samples_are_shuffled_by_default_and_zero_turns_it_off(
 
 
 def test_a_state_from_another_shard_list_or_a_corrupt_file_is_refused(
-        make: Any, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+        make: Any, store: MemoryStore, shards: tuple[str, list[str]]) -> None:
     template, _ = shards
-    loader = make(template, url=ais_endpoint, **OPTIONS)
+    loader = make(template, store=store, **OPTIONS)
     state = loader.state_dict()
-    other = make(template.replace("0004", "0003"), url=ais_endpoint, **OPTIONS)
+    other = make(template.replace("0004", "0003"), store=store, **OPTIONS)
     with pytest.raises(aisio.StateMismatchError, match="another shard list"):
         other.load_state_dict(state)
     with pytest.raises(aisio.StateMismatchError, match="corrupt"):
@@ -134,14 +135,14 @@ def test_a_state_from_another_shard_list_or_a_corrupt_file_is_refused(
 
 @needs_dataloader2
 def test_a_hand_made_dataloader2_over_aisio_datapipes_finishes(
-        ais_endpoint: str, ais_client: Client, bucket: Bucket, tmp_path: Path) -> None:
+        store: MemoryStore, bucket: Bucket, tmp_path: Path) -> None:
     from torchdata.dataloader2 import DataLoader2, MultiProcessingReadingService
 
     from aisio.datapipes.base import IterableWrapper
 
-    template, keys = write_shards(ais_client, bucket, tmp_path, shards=10, per_shard=2)
-    names = list(aisio.AISFileLister(template, url=ais_endpoint))
-    pipe = aisio.AISFileLoader(IterableWrapper(names).sharding_filter(), url=ais_endpoint)
+    template, keys = write_shards(store, bucket, tmp_path, shards=10, per_shard=2)
+    names = list(aisio.AISFileLister(template, store=store))
+    pipe = aisio.AISFileLoader(IterableWrapper(names).sharding_filter(), store=store)
     loader = DataLoader2(pipe.ais_parse_webdataset(),
                          reading_service=MultiProcessingReadingService(num_workers=4))
     try:
@@ -159,7 +160,7 @@ def test_the_loaders_a_torchdata_generation_lacks_say_what_to_use() -> None:
         make("ais://b/s-{0..1}.tar", url="http://127.0.0.1:9")
 
 
-def test_no_loader_warns_on_a_plain_run(make: Any, ais_endpoint: str,
+def test_no_loader_warns_on_a_plain_run(make: Any, store: MemoryStore,
                                         shards: tuple[str, list[str]]) -> None:
     """A user who did nothing to cause a warning sees none (StatefulDataLoader calls a torch
     API that torch deprecates: aisio silences that one where it builds the loader)."""
@@ -168,7 +169,7 @@ def test_no_loader_warns_on_a_plain_run(make: Any, ais_endpoint: str,
         warnings.simplefilter("always")
         warnings.filterwarnings("ignore", message=".*(DataPipes|DataLoader2).*",
                                 module="torchdata")  # torchdata 0.9 on import: the point of aisio
-        loader = make(template, url=ais_endpoint, num_workers=1, seed=0, **OPTIONS)
+        loader = make(template, store=store, num_workers=1, seed=0, **OPTIONS)
         try:
             got = keys_of(loader)
         finally:
@@ -192,11 +193,11 @@ PID_OPTIONS = {"tuple_fields": ("__key__", "bin"), "batch_size": 4, "collate": F
 
 
 def test_worker_processes_start_once_and_serve_every_epoch(
-        make: Any, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+        make: Any, store: MemoryStore, shards: tuple[str, list[str]]) -> None:
     """The same 2 workers decode every epoch: processes, or on nodes threads of this process,
     told apart by a number each thread draws once (names and idents are reused)."""
     template, keys = shards
-    loader = make(template, url=ais_endpoint, num_workers=2, seed=2,
+    loader = make(template, store=store, num_workers=2, seed=2,
                   **{**PID_OPTIONS, "decode": aisio.Decoder(None, custom={"bin": _thread})})
     epochs, underlying = [], []
     try:
@@ -220,12 +221,12 @@ def test_worker_processes_start_once_and_serve_every_epoch(
 
 @pytest.mark.skipif("nodes" not in LOADERS, reason="torchdata.nodes needs torchdata >= 0.10")
 def test_nodes_mapper_processes_start_once_and_serve_every_epoch(
-        ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+        store: MemoryStore, shards: tuple[str, list[str]]) -> None:
     """torchdata.nodes with ``method="process"``: the same 2 mapper processes serve every epoch
     (nodes' own ParallelMapper starts new ones at each reset: 6 in 3 epochs), and none is left
     after shutdown(). Which of them maps which batch is the pool's choice."""
     template, keys = shards
-    loader = LOADERS["nodes"](template, url=ais_endpoint, num_workers=2, seed=2,
+    loader = LOADERS["nodes"](template, store=store, num_workers=2, seed=2,
                               method="process", **PID_OPTIONS)
     before = child_pids()
     epochs, pools = [], []
@@ -247,9 +248,9 @@ def test_nodes_mapper_processes_start_once_and_serve_every_epoch(
 
 @pytest.mark.skipif("nodes" not in LOADERS, reason="torchdata.nodes needs torchdata >= 0.10")
 def test_a_killed_nodes_mapper_process_is_named_and_the_next_epoch_runs(
-        ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+        store: MemoryStore, shards: tuple[str, list[str]]) -> None:
     template, keys = shards
-    loader = LOADERS["nodes"](template, url=ais_endpoint, num_workers=2, seed=2,
+    loader = LOADERS["nodes"](template, store=store, num_workers=2, seed=2,
                               method="process", **PID_OPTIONS)
     try:
         with pytest.raises(aisio.WorkerDiedError, match=r"mapper process.*state_dict"):
@@ -264,10 +265,10 @@ def test_a_killed_nodes_mapper_process_is_named_and_the_next_epoch_runs(
 
 
 @pytest.mark.parametrize("kind", sorted({"dataloader2", "dataloader"} & set(LOADERS)))
-def test_persistent_workers_false_starts_them_each_epoch(kind: str, ais_endpoint: str,
+def test_persistent_workers_false_starts_them_each_epoch(kind: str, store: MemoryStore,
                                                         shards: tuple[str, list[str]]) -> None:
     template, keys = shards
-    loader = LOADERS[kind](template, url=ais_endpoint, num_workers=2, seed=2,
+    loader = LOADERS[kind](template, store=store, num_workers=2, seed=2,
                            persistent_workers=False, **PID_OPTIONS)
     try:
         epochs = []
@@ -281,11 +282,11 @@ def test_persistent_workers_false_starts_them_each_epoch(kind: str, ais_endpoint
 
 
 def test_a_loop_left_mid_epoch_then_a_new_epoch_and_a_resume(
-        make: Any, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+        make: Any, store: MemoryStore, shards: tuple[str, list[str]]) -> None:
     """Workers that live across epochs: after a break, the next iter() is a whole epoch, and
     a state loaded into the same loader resumes on the same workers, each sample once."""
     template, keys = shards
-    loader = make(template, url=ais_endpoint, num_workers=2, seed=8, **OPTIONS)
+    loader = make(template, store=store, num_workers=2, seed=8, **OPTIONS)
     try:
         before: list[str] = []
         for step, (names, _) in enumerate(loader):
@@ -306,7 +307,7 @@ def test_a_loop_left_mid_epoch_then_a_new_epoch_and_a_resume(
 
 
 @pytest.mark.parametrize("kind", ["dataloader", "stateful"])
-def test_dataloader_options_reach_the_dataloader(kind: str, ais_endpoint: str,
+def test_dataloader_options_reach_the_dataloader(kind: str, store: MemoryStore,
                                                  shards: tuple[str, list[str]]) -> None:
     """pin_memory, prefetch_factor, timeout, persistent_workers, multiprocessing_context pass
     through to torch's DataLoader; without an accelerator torch warns and goes on (with one,
@@ -316,7 +317,7 @@ def test_dataloader_options_reach_the_dataloader(kind: str, ais_endpoint: str,
                                "persistent_workers": True, "multiprocessing_context": "fork"}
     if kind == "dataloader":
         options["in_order"] = False  # StatefulDataLoader has it from torchdata 0.10 on
-    loader = LOADERS[kind](template, url=ais_endpoint, num_workers=2, seed=1, **options,
+    loader = LOADERS[kind](template, store=store, num_workers=2, seed=1, **options,
                            **OPTIONS)
     try:
         accelerator = getattr(torch, "accelerator", None)
@@ -333,9 +334,9 @@ def test_dataloader_options_reach_the_dataloader(kind: str, ais_endpoint: str,
 
 
 def test_drop_last_drops_each_readers_short_batch_and_still_resumes_exactly(
-        make: Any, ais_endpoint: str, shards: tuple[str, list[str]]) -> None:
+        make: Any, store: MemoryStore, shards: tuple[str, list[str]]) -> None:
     template, keys = shards
-    loader = make(template, url=ais_endpoint, num_workers=2, seed=6, drop_last=True, **OPTIONS)
+    loader = make(template, store=store, num_workers=2, seed=6, drop_last=True, **OPTIONS)
     try:
         batches = [names for names, _ in loader]
         assert all(len(names) == OPTIONS["batch_size"] for names in batches)
@@ -351,7 +352,7 @@ def test_drop_last_drops_each_readers_short_batch_and_still_resumes_exactly(
                 break
     finally:
         loader.shutdown()
-    resumed = make(template, url=ais_endpoint, num_workers=1, seed=6, drop_last=True,
+    resumed = make(template, store=store, num_workers=1, seed=6, drop_last=True,
                    **OPTIONS)
     resumed.load_state_dict(state)
     try:
@@ -364,3 +365,16 @@ def test_drop_last_drops_each_readers_short_batch_and_still_resumes_exactly(
     # only the resumed run's one reader drops, and nothing else is lost
     assert len(before) == 4 * OPTIONS["batch_size"]
     assert len(keys) - len(both) <= OPTIONS["batch_size"] - 1
+
+
+def test_a_bucket_is_listed_from_the_loaders_store(make: Any, store: MemoryStore,
+                                                   bucket: Bucket,
+                                                   shards: tuple[str, list[str]]) -> None:
+    """The shards' listing comes from ``store=`` too (no endpoint is set: a listing of the
+    cluster would fail)."""
+    _, keys = shards
+    loader = make(bucket.uri(), store=store, num_workers=0, **OPTIONS)
+    try:
+        assert Counter(keys_of(loader)) == Counter(keys)
+    finally:
+        loader.shutdown()
