@@ -31,9 +31,9 @@ from aisio.core.epochs.plan import EpochPlan
 from aisio.core.faults.errors import ConfigError, StateMismatchError
 from aisio.core.faults.policy import check_epoch
 from aisio.core.faults.report import ErrorReport
-from aisio.core.order.loader import OrderedLoader, OrderSetup, is_deterministic, refuse_streams
+from aisio.core.order.loader import OrderSetup, is_deterministic, refuse_streams
 from aisio.core.pipeline.loop import ResumableLoader
-from aisio.core.pipeline.spec import check_options, documents_options
+from aisio.core.pipeline.spec import documents_options
 from aisio.datapipes.base import IterDataPipe
 from aisio.datapipes.mpfix import install as _install_round_robin_fix
 from aisio.datapipes.pipeline import (
@@ -45,7 +45,7 @@ from aisio.datapipes.pipeline import (
 )
 from aisio.runtime.dist import Uneven, check_uneven
 from aisio.runtime.ordered import batch_collate
-from aisio.runtime.setup import loader_setup
+from aisio.runtime.setup import LoaderSetup, loader_setup
 from aisio.runtime.workers import widen_pipe
 
 
@@ -178,28 +178,11 @@ def make_loader(pipe: IterDataPipe, *, num_workers: int = 0, seed: int | None = 
                                              main_prefetch=main_prefetch), seed)
 
 
-#: DataLoader options DataLoader2 cannot honour, and what to do instead.
-_REFUSED = {
-    "pin_memory": "DataLoader2 does not pin memory; use aisio.webdataset_dataloader(..., "
-                  "pin_memory=True) (torch's DataLoader), or pin each batch in the loop",
-    "pin_memory_device": "DataLoader2 does not pin memory; use aisio.webdataset_dataloader",
-    "timeout": "DataLoader2 has no per-batch timeout; reads are bounded by "
-               "AISConfig(read_timeout=...) and a dead worker raises WorkerDiedError",
-}
-
-
-def _loader_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Takes DataLoader's options out of ``options``; returns them, refusing what DataLoader2
-    cannot do (``in_order=False``: its round robin is always in order)."""
-    check_options(options, where="webdataset_loader", refused=_REFUSED,
-                  known=("resampled", "prefetch_factor", "persistent_workers",
-                         "multiprocessing_context", "in_order"))
-    names = ("prefetch_factor", "persistent_workers", "multiprocessing_context", "in_order")
-    taken: dict[str, Any] = {name: options.pop(name) for name in names if name in options}
-    if taken.get("in_order", True) is not True:
+def _in_order(loader_options: dict[str, Any]) -> None:
+    """Refuses ``in_order=False``: DataLoader2's round robin is always in order."""
+    if loader_options.get("in_order", True) is not True:
         raise ConfigError("webdataset_loader() cannot honour in_order=False: DataLoader2 takes "
                           "items from its workers in turn; use aisio.webdataset_dataloader")
-    return taken
 
 
 @documents_options(extra=[("resampled", RESAMPLED)])
@@ -214,7 +197,7 @@ def webdataset_loader(
     order: str = "fast",
     streams: int | None = None,
     **pipe_options: Any,
-) -> ResumableLoader | EpochLoader | OrderedLoader:
+) -> ResumableLoader | EpochLoader:
     """Returns a DataLoader2 pipeline that streams batches from AIStore shards: the one-call
     entry point, resumable mid-epoch (``state_dict()`` / ``load_state_dict()``).
 
@@ -261,38 +244,39 @@ def webdataset_loader(
         >>> loader = webdataset_loader("ais://b/train-{000..099}.tar", decode="torchrgb",
         ...     tuple_fields=("png", "cls"), batch_size=64, num_workers=2)   # doctest: +SKIP
     """
-    loader_options = _loader_options(pipe_options)
-    resampled = bool(pipe_options.pop("resampled", False))
-    if not is_deterministic(order, "webdataset_loader") and (
-            post is not None or resampled or samples_per_epoch is not None):
+    deterministic = is_deterministic(order, "webdataset_loader")
+    if deterministic and (post is not None or samples_per_epoch is not None):
+        raise ConfigError("webdataset_loader(order=\"deterministic\") takes neither post= nor "
+                          "samples_per_epoch=: use map= for a function of each sample")
+    plain = not deterministic and (post is not None or pipe_options.get("resampled")
+                                   or samples_per_epoch is not None)
+    if plain:
         refuse_streams(streams, "webdataset_loader")
+        pipe_options["samples_per_epoch"] = samples_per_epoch
+    setup = loader_setup("webdataset_loader", shards, pipe_options, seed=seed, uneven=uneven,
+                         order=order, streams=streams, workers=num_workers,
+                         shared=not plain, check=_in_order)
+    loader_options = setup.loader_options
+    if plain:
         if loader_options:
             raise ConfigError(
                 f"webdataset_loader() with post= or resampled=True takes none of "
                 f"{sorted(loader_options)}: build the pipe with aisio.webdataset_pipe and pass "
                 "it to aisio.make_loader")
-        return _plain_loader(shards, num_workers=num_workers, seed=seed, uneven=uneven,
-                             samples_per_epoch=samples_per_epoch, post=post,
-                             resampled=resampled, **pipe_options)
-    if post is not None or samples_per_epoch is not None:
-        raise ConfigError("webdataset_loader(order=\"deterministic\") takes neither post= nor "
-                          "samples_per_epoch=: use map= for a function of each sample")
-    setup = loader_setup("webdataset_loader", shards, pipe_options, seed=seed, uneven=uneven,
-                         order=order, streams=streams, resampled=resampled)
-    # DataLoader2 copies the pipe even in one process: the plan is a file that every copy reads.
-    plan = setup.epoch_plan(shared=True)
+        return _plain_loader(setup, num_workers=num_workers, seed=seed, uneven=uneven,
+                             post=post)
+    # DataLoader2 copies the pipe even in one process: the plan is a file that every copy reads
+    # (shared=True above).
+    plan = setup.plan
     persistent = loader_options.get("persistent_workers", True)
     prefetch = loader_options.get("prefetch_factor") or 10
     context = loader_options.get("multiprocessing_context")
-    if setup.deterministic:
-        order_setup = setup.order(plan)
-        setup.warn_idle_readers(num_workers, order_setup)
+    if setup.ordered is not None:
         # ranks are the order's plan's, not a reading service's
-        served = ServedEpochs(OrderedRounds(order_setup), plan, lambda: WorkersReadingService(
+        served = ServedEpochs(OrderedRounds(setup.ordered), plan, lambda: WorkersReadingService(
             num_workers=num_workers, multiprocessing_context=context,
             worker_prefetch_cnt=prefetch, main_prefetch_cnt=10) if num_workers else None)
     else:
-        setup.warn_idle_readers(num_workers)
         pipe = epoch_pipe(setup.shards, setup.spec, seed=setup.seed, plan=plan, rank=setup.rank,
                           world=setup.world)
         served = ServedEpochs(pipe, plan, lambda: reading_service(
@@ -301,13 +285,12 @@ def webdataset_loader(
     if num_workers:
         check_picklable(served.pipe, num_workers, "the pipeline")
     _install_round_robin_fix()
-    end_epoch = None if persistent else served.close
-    if setup.deterministic:
-        return setup.ordered(order_setup, open_epoch=served.open, collate=batch_collate(setup.spec),
-                             close=served.close, end_epoch=end_epoch)
-    # DataLoader2's distributed reading service stops the ranks together itself
-    return setup.resumable(open_epoch=served.open, close=served.close, end_epoch=end_epoch,
-                           stops_together=True)
+    # DataLoader2's distributed reading service stops the ranks together itself (the
+    # deterministic order's workers are a rank's own: the loop stops the ranks together)
+    return setup.loader(open_epoch=served.open, close=served.close,
+                        end_epoch=None if persistent else served.close,
+                        collate=batch_collate(setup.spec),
+                        stops_together=setup.ordered is None)
 
 
 class ServedEpochs:
@@ -363,24 +346,15 @@ class OrderedRounds(IterDataPipe):
         return self.setup.rounds(self.worker, self.workers)
 
 
-def _plain_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: Uneven,
-                  samples_per_epoch: int | None,
-                  post: Callable[[IterDataPipe], IterDataPipe] | None, resampled: bool,
-                  **pipe_options: Any) -> EpochLoader:
+def _plain_loader(setup: LoaderSetup, *, num_workers: int, seed: int | None, uneven: Uneven,
+                  post: Callable[[IterDataPipe], IterDataPipe] | None) -> EpochLoader:
     """``webdataset_loader`` with ``post=`` or ``resampled=True``: :func:`make_loader` over the
     pipe (its shards agreed by the ranks like every loader's), with no resumable state."""
-    if samples_per_epoch is not None and not resampled:
-        raise ValueError("samples_per_epoch goes with resampled=True (exact epochs end "
-                         "when the shards do)")
-    setup = loader_setup("webdataset_loader", shards, pipe_options, seed=seed, uneven=uneven,
-                         resampled=resampled)
-    if not resampled:  # resampled: every reader samples from every shard
-        setup.warn_idle_readers(num_workers)
     spec = setup.spec
     # samples: counted before batching
-    pipe = shards_pipe(setup.shards, spec, resampled=resampled, batched=False)
-    if samples_per_epoch is not None:
-        pipe = SampleQuota(pipe, samples_per_epoch)  # exactly that many per rank
+    pipe = shards_pipe(setup.shards, spec, resampled=setup.resampled, batched=False)
+    if setup.samples_per_epoch is not None:
+        pipe = SampleQuota(pipe, setup.samples_per_epoch)  # exactly that many per rank
     pipe = batch_pipe(pipe, spec.batch_size, collate=spec.collate, drop_last=spec.drop_last)
     if post is not None:
         pipe = post(pipe)

@@ -18,21 +18,15 @@ from functools import partial
 from typing import Any
 
 from aisio.core.epochs.progress import ShardTask, epoch_seed, shuffle_buffer
-from aisio.core.epochs.resample import (
-    RESAMPLED,
-    RESAMPLING,
-    SAMPLES_PER_EPOCH,
-    check_resampled,
-    resampled_tasks,
-)
+from aisio.core.epochs.resample import RESAMPLED, SAMPLES_PER_EPOCH, resampled_tasks
 from aisio.core.epochs.split import Deal
 from aisio.core.faults.errors import AISIOError, LoaderUnavailableError
 from aisio.core.faults.policy import SKIPPED, is_kept
 from aisio.core.format.collate import BatchCollate, sample_name
-from aisio.core.order.loader import OrderedLoader, OrderSetup
+from aisio.core.order.loader import OrderSetup
 from aisio.core.pipeline.loop import ResumableLoader
 from aisio.core.pipeline.parse import parse_streams
-from aisio.core.pipeline.spec import PipelineSpec, check_options, documents_options
+from aisio.core.pipeline.spec import PipelineSpec, documents_options
 from aisio.core.transport.delivery import (
     Delivery,
     Failure,
@@ -125,7 +119,7 @@ class RoundPacks(_Node or object):  # type: ignore[misc]
         return next(self._items)
 
     def get_state(self) -> dict[str, Any]:
-        return {}  # the order's state is the training loop's (OrderedLoader.state_dict)
+        return {}  # the order's state is the training loop's (ResumableLoader.state_dict)
 
 
 class _Staged:
@@ -180,23 +174,12 @@ def _deliver(collate: Any, shards: Sequence[Any], drop_last: int, pin: bool, bat
     return delivery
 
 
-#: DataLoader's options that nodes' loader takes (``drop_last`` is the pipeline's).
-PASSED = ("in_order", "multiprocessing_context", "pin_memory", "pin_memory_device",
-          "prefetch_factor")
-_REFUSED = {
-    "persistent_workers": "webdataset_node_loader's mapper threads (or processes) always live "
-                          "across epochs, until loader.shutdown(); drop the option",
-    "timeout": "torchdata.nodes has no per-batch timeout; reads are bounded by "
-               "AISConfig(read_timeout=...)",
-}
-
-
 @documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)])
 def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "thread",
                            seed: int | None = None, uneven: str = "drop",
                            prefetch_factor: int = 2, order: str = "fast",
                            streams: int | None = None, **pipe_options: Any
-                           ) -> ResumableLoader | OrderedLoader:
+                           ) -> ResumableLoader:
     """Returns aisio's pipeline on ``torchdata.nodes``: :class:`ShardSamples` (this rank's
     shards) -> ``Batcher`` -> :class:`~aisio.loaders.nodes_pool.PoolMapper` (decode, tuples
     and collate, a batch at a time) -> ``Prefetcher`` -> ``Loader``, resumable mid-epoch on any
@@ -238,15 +221,10 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
             "torchdata.nodes needs torchdata >= 0.10: install 'torchdata>=0.10', or use the same "
             "pipeline on DataLoader2 (aisio.webdataset_loader) or torch's DataLoader "
             "(aisio.webdataset_dataloader)")
-    check_options(pipe_options, where="webdataset_node_loader", known=(*PASSED, *RESAMPLING),
-                  refused=_REFUSED)
-    resampled = bool(pipe_options.pop("resampled", False))
-    samples_per_epoch = pipe_options.pop("samples_per_epoch", None)
-    check_resampled(resampled, samples_per_epoch)
-    node_options = {name: pipe_options.pop(name) for name in PASSED if name in pipe_options}
     setup = loader_setup("webdataset_node_loader", shards, pipe_options, seed=seed,
-                         uneven=uneven, order=order, streams=streams, resampled=resampled)
-    if setup.deterministic:
+                         uneven=uneven, order=order, streams=streams)
+    node_options = setup.loader_options
+    if setup.ordered is not None:
         return _ordered_node_loader(setup, num_workers=num_workers, method=method,
                                     prefetch_factor=prefetch_factor, node_options=node_options)
     spec, refs, rank, world = setup.spec, setup.shards, setup.rank, setup.world
@@ -271,16 +249,15 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
     def open_epoch(epoch: int, resume: dict[str, Any] | None) -> Any:
         # Read in this process: the next reset (the loader's iter()) starts from these.
         samples.seed = epoch_seed(setup.seed, epoch) + rank
-        if resampled:  # this rank's own draw, its samples_per_epoch; no positions kept
+        if setup.resampled:  # this rank's own draw, its samples_per_epoch; no positions kept
             samples.tasks = resampled_tasks(refs, setup.seed, epoch, rank=rank)
-            samples.limit = samples_per_epoch
+            samples.limit = setup.samples_per_epoch
             return _values(loader)
         samples.tasks = Deal(refs, setup.seed, epoch, shuffle=spec.shuffle_shards,
                              world=world, resume=resume).tasks(rank)
         return loader
 
-    return setup.resumable(open_epoch=open_epoch, close=lambda: _stop_threads(loader),
-                           resumable=not resampled)
+    return setup.loader(open_epoch=open_epoch, close=lambda: _stop_threads(loader))
 
 
 def _values(loader: Any) -> Iterator[Any]:
@@ -317,12 +294,13 @@ def _pin(node_options: dict[str, Any], stacklevel: int = 3) -> bool:
 
 
 def _ordered_node_loader(setup: LoaderSetup, *, num_workers: int, method: str,
-                         prefetch_factor: int, node_options: dict[str, Any]) -> OrderedLoader:
+                         prefetch_factor: int, node_options: dict[str, Any]
+                         ) -> ResumableLoader:
     """``webdataset_node_loader(order="deterministic")``: :class:`RoundPacks` ->
     :class:`~aisio.loaders.nodes_pool.PoolMapper` (decode, in order) -> ``Prefetcher`` ->
     ``Loader``; batches made (and pinned) in the training loop."""
-    plan = setup.epoch_plan(shared=False)  # the packs are read in this process
-    order = setup.order(plan)
+    plan, order = setup.plan, setup.ordered  # (the packs are read in this process)
+    assert order is not None
     pin = _pin(node_options, stacklevel=4)
     loader = Loader(Prefetcher(_mapper(RoundPacks(order), order.stage_pack, num_workers,
                                        method, node_options), prefetch_factor or 2))
@@ -333,8 +311,8 @@ def _ordered_node_loader(setup: LoaderSetup, *, num_workers: int, method: str,
 
     collate = batch_collate(setup.spec, pin=pin,
                             device=node_options.get("pin_memory_device") or None)
-    return setup.ordered(order, open_epoch=open_rounds, collate=collate,
-                         close=lambda: _stop_threads(loader))
+    return setup.loader(open_epoch=open_rounds, collate=collate,
+                        close=lambda: _stop_threads(loader))
 
 
 def _stop_threads(root: Any) -> None:

@@ -1,7 +1,7 @@
 """The deterministic order's torch parts, shared by the loaders that take ``order=``.
 
 The order itself, the state and the training loop are the core's
-(:class:`~aisio.core.order.loader.OrderedLoader`); here are only what torch adds: the dataset each
+(:class:`~aisio.core.order.loader.DeterministicOrder`); here are only what torch adds: the dataset each
 DataLoader worker iterates (its streams of the published epoch, a pack of chunks per group of
 rounds) and the collate that makes a rank's batch in the training process (torch's
 ``default_collate`` as :func:`~aisio.runtime.collate.stack_collate` runs it, and memory pinned

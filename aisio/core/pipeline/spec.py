@@ -23,6 +23,7 @@ from aisio.core.faults.report import ErrorReport
 from aisio.core.format.decode import Decoder, field_names
 from aisio.core.format.runs import RunPlan
 from aisio.core.pipeline.fetch import Fetcher
+from aisio.core.pipeline.loader_options import LOADER_OPTIONS
 from aisio.core.pipeline.stages import SampleStage
 from aisio.core.store.cache import ShardCache
 from aisio.core.store.config import AISConfig, resolve_config
@@ -206,11 +207,6 @@ def check_map(fn: Any) -> Callable[[Any], Any] | None:
             "map=augment, defined with `def` at module level when there are workers")
     return fn
 
-
-#: Options of torch's ``DataLoader`` that a trainer sets; each loader takes the ones it has (see
-#: its ``loader_options``) and refuses the others by name.
-LOADER_OPTIONS = ("drop_last", "in_order", "multiprocessing_context", "persistent_workers",
-                  "pin_memory", "pin_memory_device", "prefetch_factor", "timeout")
 
 #: webdataset's handlers, by name, and the ``on_error`` policy that does the same.
 _HANDLERS = {"reraise_exception": "raise", "warn_and_continue": "warn",
