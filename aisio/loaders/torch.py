@@ -1,12 +1,12 @@
 """aisio's pipeline on ``torch.utils.data.DataLoader`` and torchdata's ``StatefulDataLoader``.
 
-The pipeline is the DataPipes one (:func:`aisio.datapipes.pipeline.epoch_pipe`): torch's
-DataLoader applies its ``sharding_filter`` per worker and per rank itself. One DataLoader serves
-every epoch, its workers persistent (``persistent_workers=True``): each epoch, and each resumed
-state, reaches them through an :class:`~aisio.core.epochs.plan.EpochPlan` published before its
-``iter()``. The wrapper (:class:`~aisio.core.pipeline.loop.ResumableLoader`) unpacks what arrives
-and can
-resume mid-epoch on any number of workers and ranks.
+An adapter over the core's reader (:mod:`aisio.core.pipeline.epoch`): each DataLoader worker
+iterates :class:`Reading`, its reader's items of the epoch (deliveries, or the deterministic
+order's packs). One DataLoader serves every epoch, its workers persistent
+(``persistent_workers=True``): each epoch, and each resumed state, reaches them through an
+:class:`~aisio.core.epochs.plan.EpochPlan` published before its ``iter()``. The wrapper
+(:class:`~aisio.core.pipeline.loop.ResumableLoader`) unpacks what arrives and can resume
+mid-epoch on any number of workers and ranks.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from aisio.core.epochs.resample import RESAMPLED, SAMPLES_PER_EPOCH
 from aisio.core.faults.errors import ConfigError, LoaderUnavailableError, WorkerDiedError
@@ -30,10 +30,24 @@ from aisio.core.pipeline.loader_options import LOADER_OPTIONS, workers_only
 from aisio.core.pipeline.loop import ResumableLoader
 from aisio.core.pipeline.spec import documents_options
 from aisio.core.transport.delivery import Delivery
-from aisio.datapipes.pipeline import ResampledBatches, epoch_pipe
-from aisio.runtime.ordered import OrderedStreams, batch_collate, can_pin
-from aisio.runtime.setup import loader_setup
+from aisio.runtime.ordered import batch_collate, can_pin
+from aisio.runtime.setup import Reader, loader_setup
 from aisio.runtime.workers import forking, widen_pipe, worker_died, worker_init_fn
+
+
+class Reading(IterableDataset):
+    """The dataset each DataLoader worker iterates: its reader's items of the published epoch
+    (:meth:`~aisio.runtime.setup.LoaderSetup.reader`: worker ``w`` of the DataLoader's ``N``,
+    or ``0`` of ``1`` in the training process). The epoch is read when the worker starts it,
+    so persistent workers serve every epoch."""
+
+    def __init__(self, reader: Reader) -> None:
+        self.reader = reader
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        return self.reader.read(info.id, info.num_workers) if info is not None else (
+            self.reader.read())
 
 
 def _as_is(item: Any) -> Any:
@@ -179,20 +193,13 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
     # Deliveries are pinned where torch pins (with an accelerator); without one, torch warns.
     pinned = can_pin(torch_options.get("pin_memory"))
     device = torch_options.get("pin_memory_device") or None
-    if setup.ordered is not None:
-        if pinned:  # the batch is made, and pinned, in the training process
-            torch_options["pin_memory"] = False
-            torch_options.pop("pin_memory_device", None)
-        dataset: Any = OrderedStreams(setup.ordered)
-        collate_fn: Any = _as_is
-    elif setup.resampled:  # every reader samples from every shard
-        dataset = ResampledBatches(setup.shards, setup.spec, seed=setup.seed, plan=plan,
-                                   rank=setup.rank, samples_per_epoch=setup.samples_per_epoch)
-        collate_fn = _as_is  # batches, pinned by torch itself when asked
-    else:
-        dataset = epoch_pipe(setup.shards, setup.spec, seed=setup.seed, plan=plan,
-                             rank=setup.rank, world=setup.world)
-        collate_fn = _pinnable if pinned else _as_is
+    if pinned and setup.ordered is not None:  # the batch is made, and pinned, in the loop
+        torch_options["pin_memory"] = False
+        torch_options.pop("pin_memory_device", None)
+    dataset = Reading(setup.reader())
+    # Deliveries are pinned through _Pinned (a resampled epoch's batches pass it by, to be
+    # pinned by torch itself).
+    collate_fn = _pinnable if pinned and setup.ordered is None else _as_is
     current: list[Any] = []
     with_workers = workers_only(LOADER_OPTIONS)
 

@@ -21,7 +21,7 @@ different shards get a :class:`~aisio.ConfigError` naming the difference, on eve
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -37,6 +37,7 @@ from aisio.core.order.loader import (
     is_deterministic,
     refuse_streams,
 )
+from aisio.core.pipeline.epoch import FastReader, ResampledReader
 from aisio.core.pipeline.loader_options import refused_by, split_loader_options, taken_by
 from aisio.core.pipeline.loop import EpochOrder, FastOrder, OpenEpoch, ResumableLoader
 from aisio.core.pipeline.spec import PipelineSpec, check_options
@@ -53,6 +54,7 @@ from aisio.core.store.sources import (
     unpack_refs,
 )
 from aisio.runtime import fetchers as _fetchers  # noqa: F401  (plugs in its check)
+from aisio.runtime.collate import stack_collate
 from aisio.runtime.dist import (
     Uneven,
     check_uneven,
@@ -125,6 +127,18 @@ class LoaderSetup:
             f"{self.where}(): {units} {what}(s) for {readers} reading worker(s){ranks}: "
             f"{idle} worker(s) will have no {what} to read and sit idle; each reads whole "
             f"{what}s: {fix}{more}")
+
+    def reader(self) -> Reader:
+        """Returns what each reader (a worker, or the training process) runs each epoch in the
+        order the set-up chose: ``reader.read(worker, workers)`` yields that reader's items of
+        the epoch published on :attr:`plan` (see :mod:`aisio.core.pipeline.epoch`)."""
+        if self.ordered is not None:
+            return self.ordered
+        if self.resampled:  # every reader samples from every shard
+            return ResampledReader(self.shards, self.spec, self.seed, self.plan, self.rank,
+                                   self.samples_per_epoch, stack_collate)
+        return FastReader(self.shards, self.spec, self.seed, self.plan, self.rank, self.world,
+                          stack_collate)
 
     def loader(self, *, open_epoch: OpenEpoch, close: Callable[[], None],
                end_epoch: Callable[[], None] | None = None,
@@ -262,6 +276,12 @@ def _lister(config: AISConfig | None) -> Callable[[list[Source]], list[ObjectRef
                           else None)
 
     return shards
+
+
+class Reader(Protocol):
+    """What one reader of a loader runs each epoch (:mod:`aisio.core.pipeline.epoch`)."""
+
+    def read(self, worker: int = 0, workers: int = 1) -> Iterator[Any]: ...
 
 
 class Ranks(Protocol):

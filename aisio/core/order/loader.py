@@ -182,6 +182,11 @@ class OrderSetup:
             plan, streams, fetcher.open, state=state, policy=fetcher.policy,
             stage=self.spec.stage() if stage else None, group=group))
 
+    def read(self, worker: int = 0, workers: int = 1) -> Iterator[Any]:
+        """Same as :meth:`rounds` (what every reader of :mod:`aisio.core.pipeline.epoch`
+        has)."""
+        return self.rounds(worker, workers)
+
     def stage_pack(self, pack: Any) -> Any:
         """Applies the per-sample stage to a pack of chunks from ``rounds(stage=False)``; an
         aisio error becomes a :class:`~aisio.core.transport.delivery.Failure`."""
