@@ -14,27 +14,19 @@ import itertools
 import random
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from functools import partial
 from typing import Any
 
-from aisio.core.epochs.progress import ShardTask, epoch_seed, shuffle_buffer
+from aisio.core.epochs.progress import ShardTask, epoch_seed
 from aisio.core.epochs.resample import RESAMPLED, SAMPLES_PER_EPOCH, resampled_tasks
 from aisio.core.epochs.split import Deal
-from aisio.core.faults.errors import AISIOError, LoaderUnavailableError
-from aisio.core.faults.policy import SKIPPED, is_kept
-from aisio.core.format.collate import BatchCollate, sample_name
+from aisio.core.faults.errors import LoaderUnavailableError
 from aisio.core.order.loader import OrderSetup
+from aisio.core.pipeline.epoch import BatchStage, samples_of
 from aisio.core.pipeline.loop import ResumableLoader
-from aisio.core.pipeline.parse import parse_streams
 from aisio.core.pipeline.spec import PipelineSpec, documents_options
-from aisio.core.transport.delivery import (
-    Delivery,
-    Failure,
-    Positioned,
-    batch_delivery,
-    ship_errors,
-)
+from aisio.core.transport.delivery import Delivery, ship_errors
 from aisio.loaders.nodes_pool import PoolMapper
+from aisio.runtime.collate import stack_collate
 from aisio.runtime.ordered import batch_collate, can_pin
 from aisio.runtime.setup import LoaderSetup, loader_setup
 
@@ -80,10 +72,8 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
             self.next()
 
     def _samples(self) -> Iterator[Any]:
-        fetcher = self.spec.fetcher()
-        samples = parse_streams(fetcher.streams(self.tasks), fetcher.policy)  # in this process
-        if self.spec.shuffle_buffer:
-            samples = shuffle_buffer(samples, self.spec.shuffle_buffer, random.Random(self.seed))
+        # fetch -> parse -> shuffle, the core's (aisio.core.pipeline.epoch), in this process
+        samples: Iterable[Any] = samples_of(self.spec, self.tasks, rng=random.Random(self.seed))
         if self.limit is not None:
             samples = itertools.islice(samples, self.limit)
         # An error ends the samples as a Failure item: nodes' threads would rebuild it from
@@ -122,56 +112,18 @@ class RoundPacks(_Node or object):  # type: ignore[misc]
         return {}  # the order's state is the training loop's (ResumableLoader.state_dict)
 
 
-class _Staged:
-    """What nodes' mapper applies to each batch (or sample, without ``batch_size``): the
-    per-sample stage (``Positioned``: decode, tuple, keeping positions) on each sample, then
-    :func:`_deliver`. Mapping whole batches keeps the mapper's queues and threads (or
-    processes) at one hand-over per batch, not per sample. A :class:`Failure` passes on, and
-    an aisio error the stage raises becomes one (nodes' threads and processes would rebuild
-    it from its message); the samples before it in the batch were not delivered, so a resume
-    reads them again."""
+class _Pinning:
+    """What nodes' mapper applies with ``pin_memory``: the core's stage, its delivery then
+    pinned by nodes' ``PinMemory`` (:class:`~aisio.loaders.torch._Pinned`)."""
 
-    def __init__(self, stage: Positioned, deliver: Any) -> None:
+    def __init__(self, stage: BatchStage) -> None:
         self.stage = stage
-        self.deliver = deliver
 
     def __call__(self, batch: Any) -> Any:
-        items = batch if isinstance(batch, list) else [batch]
-        stage = self.stage
-        placed = []
-        try:
-            for item in items:
-                if isinstance(item, Failure):
-                    return item
-                placed.append(stage(item))
-        except AISIOError as exc:
-            return Failure.of(exc)
-        return self.deliver(placed if isinstance(batch, list) else placed[0])
-
-
-def _deliver(collate: Any, shards: Sequence[Any], drop_last: int, pin: bool, batch: Any) -> Any:
-    """Packs a batch (or one) of ``(value, position, version)`` into a delivery; a batch that
-    holds a :class:`Failure` is that failure (the epoch ends with its error), and one whose
-    images differ in size raises MixedShapesError naming its shards and samples. With
-    ``drop_last`` (the batch size), a shorter batch (the rank's last) delivers only its
-    positions; with ``pin``, the delivery goes through nodes' ``PinMemory``."""
-    items = batch if isinstance(batch, list) else [batch]
-    failure = next((item for item in items if isinstance(item, Failure)), None)
-    if failure is not None:
-        return failure
-    if drop_last and len(items) < drop_last:
-        items = [(SKIPPED, *rest) for _, *rest in items]
-    if collate is not None:
-        names = [sample_name(shards, item[1]) for item in items if is_kept(item[0])]
-        collate = BatchCollate(collate, lambda n: names[-n:])
-    delivery = batch_delivery(items, collate=collate)
-    if not isinstance(batch, list) and not delivery.empty:
-        delivery.value = delivery.value[0]  # no batch_size: the item itself, as elsewhere
-    if pin:
         from aisio.loaders.torch import _Pinned
 
-        return _Pinned(delivery)
-    return delivery
+        out = self.stage(batch)
+        return _Pinned(out) if isinstance(out, Delivery) else out
 
 
 @documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)])
@@ -228,18 +180,14 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
         return _ordered_node_loader(setup, num_workers=num_workers, method=method,
                                     prefetch_factor=prefetch_factor, node_options=node_options)
     spec, refs, rank, world = setup.spec, setup.shards, setup.rank, setup.world
-    if spec.batch_size and spec.collate:
-        from aisio.runtime.collate import stack_collate
-
-        collate: Any = stack_collate
-    else:
-        collate = None
     pin = _pin(node_options)
     samples = ShardSamples([], spec)
     node: Any = Batcher(samples, spec.batch_size, drop_last=False) if spec.batch_size else samples
-    stage: Any = _Staged(Positioned(spec.stage()), partial(
-        _deliver, collate if spec.batch_size else None, refs,
-        (spec.batch_size or 0) if spec.drop_last else 0, pin))
+    # the mapper stages and delivers a batch at a time (the core's BatchStage): one hand-over
+    # per batch through its queues and threads (or processes), not per sample
+    stage: Any = BatchStage(spec, refs, stack_collate)
+    if pin:
+        stage = _Pinning(stage)
     node = Prefetcher(_mapper(node, stage, num_workers, method, node_options),
                       prefetch_factor or 2)
     if pin:

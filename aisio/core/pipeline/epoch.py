@@ -29,6 +29,7 @@ from aisio.core.epochs.plan import EpochPlan
 from aisio.core.epochs.progress import ShardTask, epoch_seed, shuffle_buffer
 from aisio.core.epochs.resample import reader_share, resampled_tasks
 from aisio.core.epochs.split import Deal
+from aisio.core.faults.errors import AISIOError
 from aisio.core.faults.policy import SKIPPED, is_kept
 from aisio.core.format.collate import BatchCollate, sample_name
 from aisio.core.format.runs import Columns, RunPlan
@@ -36,7 +37,14 @@ from aisio.core.pipeline.parse import parse_streams
 from aisio.core.pipeline.spec import PipelineSpec
 from aisio.core.store.sources import ObjectRef
 from aisio.core.system.threads import thread_map
-from aisio.core.transport.delivery import Placed, Positioned, deliveries, ship_errors
+from aisio.core.transport.delivery import (
+    Failure,
+    Placed,
+    Positioned,
+    batch_delivery,
+    deliveries,
+    ship_errors,
+)
 
 Collate = Callable[[list[Any]], Any]
 
@@ -47,8 +55,8 @@ def shuffle(items: Iterable[Any], size: int, rng: random.Random | None) -> Itera
     return shuffle_buffer(items, size, rng) if size and rng is not None else items
 
 
-def samples(spec: PipelineSpec, tasks: Iterable[Any], *, rng: random.Random | None = None,
-            runs: RunPlan | None = None) -> Iterable[Any]:
+def samples_of(spec: PipelineSpec, tasks: Iterable[Any], *,
+               rng: random.Random | None = None, runs: RunPlan | None = None) -> Iterable[Any]:
     """Yields the samples of ``tasks``: fetched (the spec's fetcher: a missing shard raised or
     skipped by its ``on_error``), parsed (:func:`parse_streams`, a bad shard likewise; with
     ``runs``, runs of regular samples as :class:`~aisio.core.format.runs.Columns`) and
@@ -112,6 +120,51 @@ def deliver(spec: PipelineSpec, triples: Iterable[Any], *, shards: Sequence[Obje
                                   collate=BatchCollate(collate, names)), warnings=True)
 
 
+class BatchStage:
+    """Stages a batch that a framework made of a reader's samples (torchdata.nodes'
+    ``Batcher``: a list, or one sample without ``batch_size``) and packs it as one
+    :class:`~aisio.core.transport.delivery.Delivery`: :func:`stage` on each sample, the
+    spec's ``drop_last`` (a batch shorter than ``batch_size`` delivers only its positions),
+    collated with ``collate`` when the spec collates. A
+    :class:`~aisio.core.transport.delivery.Failure` in the batch, or an aisio error the stage
+    raises, is what it returns instead (the samples before it were not delivered, so a resume
+    reads them again). Picklable when ``collate`` is.
+
+    Args:
+        spec: the pipeline's options.
+        shards: the loader's shard list (names the samples of a batch that fails to collate).
+        collate: makes a batch of a list of values.
+    """
+
+    def __init__(self, spec: PipelineSpec, shards: Sequence[ObjectRef] = (),
+                 collate: Collate | None = None) -> None:
+        self.stage = Positioned(spec.stage())
+        self.shards = shards
+        self.collate = collate if spec.batch_size and spec.collate else None
+        self.short = (spec.batch_size or 0) if spec.drop_last else 0
+
+    def __call__(self, batch: Any) -> Any:
+        items = batch if isinstance(batch, list) else [batch]
+        placed = []
+        try:
+            for item in items:
+                if type(item) is Failure:
+                    return item
+                placed.append(self.stage(item))
+        except AISIOError as exc:
+            return Failure.of(exc)
+        if self.short and len(placed) < self.short:
+            placed = [(SKIPPED, position, version) for _, position, version in placed]
+        collate: Any = None
+        if self.collate is not None:
+            names = [sample_name(self.shards, item[1]) for item in placed if is_kept(item[0])]
+            collate = BatchCollate(self.collate, lambda n: names[-n:])
+        delivery = batch_delivery(placed, collate=collate)
+        if not isinstance(batch, list) and not delivery.empty:
+            delivery.value = delivery.value[0]  # no batch_size: the item itself, as elsewhere
+        return delivery
+
+
 def read_epoch(spec: PipelineSpec, tasks: Iterable[ShardTask], *,
                shards: Sequence[ObjectRef] = (), rng: random.Random | None = None,
                collate: Collate | None = None) -> Iterator[Any]:
@@ -126,7 +179,7 @@ def read_epoch(spec: PipelineSpec, tasks: Iterable[ShardTask], *,
         rng: the sample shuffle's generator (None: no shuffle).
         collate: makes a batch of a list of values (torch's ``default_collate``, say).
     """
-    triples: Iterable[Any] = stage(spec, samples(spec, tasks, rng=rng, runs=spec.runs()))
+    triples: Iterable[Any] = stage(spec, samples_of(spec, tasks, rng=rng, runs=spec.runs()))
     if spec.drop_last and spec.batch_size:
         triples = drop_last(triples, spec.batch_size)
     return deliver(spec, triples, shards=shards, collate=collate)
@@ -206,7 +259,7 @@ class ResampledReader:
         tasks = resampled_tasks(self.shards, self.seed, epoch, rank=self.rank, worker=worker)
         spec = self.spec
         rng = reader_rng(self.seed, epoch, self.rank, worker) if spec.shuffle_buffer else None
-        staged = map(Positioned(spec.stage()), samples(spec, tasks, rng=rng))
+        staged = map(Positioned(spec.stage()), samples_of(spec, tasks, rng=rng))
         values: Iterator[Any] = (value for value, _, _ in staged if is_kept(value))
         if share is not None:
             values = itertools.islice(values, share)
@@ -229,5 +282,5 @@ class ResampledReader:
             yield collate(batch) if collate is not None else batch
 
 
-__all__ = ["Collate", "FastReader", "ResampledReader", "deliver", "drop_last", "read_epoch",
-           "reader_rng", "samples", "shuffle", "stage"]
+__all__ = ["BatchStage", "Collate", "FastReader", "ResampledReader", "deliver", "drop_last",
+           "read_epoch", "reader_rng", "samples_of", "shuffle", "stage"]
