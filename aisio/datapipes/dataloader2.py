@@ -31,16 +31,16 @@ from aisio.core.epochs.plan import EpochPlan
 from aisio.core.faults.errors import ConfigError, StateMismatchError
 from aisio.core.faults.policy import check_epoch
 from aisio.core.faults.report import ErrorReport
-from aisio.core.order.loader import OrderSetup, is_deterministic, refuse_streams
+from aisio.core.order.loader import is_deterministic, refuse_streams
 from aisio.core.pipeline.loop import ResumableLoader
 from aisio.core.pipeline.spec import documents_options
 from aisio.datapipes.base import IterDataPipe
 from aisio.datapipes.mpfix import install as _install_round_robin_fix
 from aisio.datapipes.pipeline import (
     RESAMPLED,
+    ReaderPipe,
     SampleQuota,
     batch_pipe,
-    epoch_pipe,
     shards_pipe,
 )
 from aisio.runtime.dist import Uneven, check_uneven
@@ -201,11 +201,12 @@ def webdataset_loader(
     """Returns a DataLoader2 pipeline that streams batches from AIStore shards: the one-call
     entry point, resumable mid-epoch (``state_dict()`` / ``load_state_dict()``).
 
-    The pipe is :func:`~aisio.datapipes.pipeline.epoch_pipe` (shard tasks -> sharding_filter
-    -> AISFileLoader -> WebDatasetParser -> shuffle -> decode -> tuples and batches) on one
-    DataLoader2 with the reading service of :func:`reading_service`. Its worker processes start
-    with the first epoch and live until :meth:`~aisio.ResumableLoader.shutdown`: each epoch,
-    and each resumed state, reaches them through an :class:`~aisio.core.epochs.plan.EpochPlan`.
+    The pipe is the core's epoch reader as one DataPipe
+    (:class:`~aisio.datapipes.pipeline.ReaderPipe`: shard tasks -> load -> parse -> shuffle
+    -> decode -> tuples and batches) on one DataLoader2 with the reading service of
+    :func:`reading_service`. Its worker processes start with the first epoch and live until
+    :meth:`~aisio.ResumableLoader.shutdown`: each epoch, and each resumed state, reaches them
+    through an :class:`~aisio.core.epochs.plan.EpochPlan`.
     Shards and samples are shuffled by default (``shuffle_buffer=1000`` per worker: see
     below; ``shuffle_buffer=0`` keeps each shard's order). Needs torchdata < 0.10.
 
@@ -271,14 +272,13 @@ def webdataset_loader(
     persistent = loader_options.get("persistent_workers", True)
     prefetch = loader_options.get("prefetch_factor") or 10
     context = loader_options.get("multiprocessing_context")
+    pipe = ReaderPipe(setup.reader(), setup.world)  # the core's reader, as one DataPipe
     if setup.ordered is not None:
         # ranks are the order's plan's, not a reading service's
-        served = ServedEpochs(OrderedRounds(setup.ordered), plan, lambda: WorkersReadingService(
+        served = ServedEpochs(pipe, plan, lambda: WorkersReadingService(
             num_workers=num_workers, multiprocessing_context=context,
             worker_prefetch_cnt=prefetch, main_prefetch_cnt=10) if num_workers else None)
     else:
-        pipe = epoch_pipe(setup.shards, setup.spec, seed=setup.seed, plan=plan, rank=setup.rank,
-                          world=setup.world)
         served = ServedEpochs(pipe, plan, lambda: reading_service(
             num_workers, uneven=uneven, worker_prefetch=prefetch,
             multiprocessing_context=context))
@@ -328,24 +328,6 @@ class ServedEpochs:
             current.shutdown()
 
 
-class OrderedRounds(IterDataPipe):
-    """Yields one reader's packs of the deterministic order, chunks per group of rounds
-    (:meth:`~aisio.core.order.loader.OrderSetup.rounds`); the worker it runs in is known from the
-    multiprocessing sharding DataLoader2 applies to it."""
-
-    def __init__(self, setup: OrderSetup) -> None:
-        self.setup = setup
-        self.worker, self.workers = 0, 1
-
-    def apply_sharding(self, num_of_instances: int, instance_id: int,
-                       sharding_group: Any = SHARDING_PRIORITIES.DEFAULT) -> None:
-        if sharding_group in (SHARDING_PRIORITIES.DEFAULT, SHARDING_PRIORITIES.MULTIPROCESSING):
-            self.worker, self.workers = instance_id, num_of_instances
-
-    def __iter__(self) -> Iterator[Any]:
-        return self.setup.rounds(self.worker, self.workers)
-
-
 def _plain_loader(setup: LoaderSetup, *, num_workers: int, seed: int | None, uneven: Uneven,
                   post: Callable[[IterDataPipe], IterDataPipe] | None) -> EpochLoader:
     """``webdataset_loader`` with ``post=`` or ``resampled=True``: :func:`make_loader` over the
@@ -375,27 +357,30 @@ def _describe(fn: Any) -> str:
 
 
 def _unpicklable_callable(pipe: IterDataPipe) -> Any:
-    """Returns the first function held by a DataPipe of ``pipe``'s graph that does not pickle."""
+    """Returns the first function held by a DataPipe of ``pipe``'s graph that does not pickle
+    (held itself, or inside what it holds: the user's ``map=`` in the reader's spec, say)."""
     from torch.utils.data.graph import traverse_dps
 
     stack = [traverse_dps(pipe)]
     while stack:
         for dp, parents in stack.pop().values():
             for value in vars(dp).values():
-                if callable(value) and not isinstance(value, (type, IterDataPipe)):
+                if not isinstance(value, (type, IterDataPipe)):
                     try:
                         pickle.dumps(value)
                     except Exception:
-                        return _innermost_unpicklable(value)
+                        culprit = _innermost_unpicklable(value)
+                        if callable(culprit):
+                            return culprit
             stack.append(parents)
     return None
 
 
 def _innermost_unpicklable(fn: Any, depth: int = 4) -> Any:
-    """Returns the function inside ``fn`` (a stage holding the user's ``map=``, say) that
-    keeps it from pickling, or ``fn`` itself."""
+    """Returns the object inside ``fn`` (a stage or a reader holding the user's ``map=``,
+    say) that keeps it from pickling, or ``fn`` itself."""
     for value in getattr(fn, "__dict__", {}).values():
-        if depth and callable(value) and not isinstance(value, type):
+        if depth and not isinstance(value, type):
             try:
                 pickle.dumps(value)
             except Exception:

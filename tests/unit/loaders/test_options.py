@@ -77,7 +77,7 @@ def test_drop_last_needs_a_batch_size() -> None:
 
 
 def test_drop_last_turns_the_short_batch_into_positions_only() -> None:
-    from aisio.datapipes.pipeline import drop_last
+    from aisio.core.pipeline.epoch import drop_last
 
     triples = [(i, ("p", i), "v") for i in range(8)]
     triples[2] = (SKIPPED, ("p", 2), "v")
