@@ -32,6 +32,7 @@ from aisio.core.faults.errors import ConfigError, StateMismatchError
 from aisio.core.faults.policy import check_epoch
 from aisio.core.faults.report import ErrorReport
 from aisio.core.order.loader import is_deterministic, refuse_streams
+from aisio.core.pipeline.loader_options import DATALOADER2
 from aisio.core.pipeline.loop import ResumableLoader
 from aisio.core.pipeline.spec import documents_options
 from aisio.datapipes.base import IterDataPipe
@@ -185,7 +186,7 @@ def _in_order(loader_options: dict[str, Any]) -> None:
                           "items from its workers in turn; use aisio.webdataset_dataloader")
 
 
-@documents_options(extra=[("resampled", RESAMPLED)])
+@documents_options(extra=[("resampled", RESAMPLED)], where=DATALOADER2)
 def webdataset_loader(
     shards: Any,
     *,
@@ -229,12 +230,9 @@ def webdataset_loader(
             ``post`` or ``resampled=True`` the loader is a plain :class:`EpochLoader`, whose
             ``state_dict()`` raises :class:`~aisio.StateMismatchError` (it cannot say what
             the training loop received).
-        **pipe_options: the pipeline options below, as for :func:`webdataset_pipe`; and of
-            DataLoader's options, the ones DataLoader2 has: ``prefetch_factor`` (items
-            each worker keeps ready, default 10), ``persistent_workers`` (default True; False
-            starts the workers again each epoch), ``multiprocessing_context``, ``in_order``
-            (True only) and ``drop_last`` (see :func:`webdataset_pipe`). ``pin_memory`` and
-            ``timeout`` are refused with what to use instead.
+        **pipe_options: the pipeline options below, as for :func:`webdataset_pipe`, and the
+            loader options below: ``prefetch_factor`` is the items each worker keeps ready
+            (default 10), ``persistent_workers=False`` starts the workers again each epoch.
         order: ``"fast"`` or ``"deterministic"``, as for
             :func:`aisio.webdataset_dataloader` (``batch_size`` then the global batch;
             ``post``, ``resampled``, ``drop_last`` and ``decode_threads`` refused).

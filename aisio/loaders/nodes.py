@@ -22,6 +22,7 @@ from aisio.core.epochs.split import Deal
 from aisio.core.faults.errors import LoaderUnavailableError
 from aisio.core.order.loader import OrderSetup
 from aisio.core.pipeline.epoch import BatchStage, samples_of
+from aisio.core.pipeline.loader_options import NODES
 from aisio.core.pipeline.loop import ResumableLoader
 from aisio.core.pipeline.spec import PipelineSpec, documents_options
 from aisio.core.transport.delivery import Delivery, ship_errors
@@ -126,7 +127,8 @@ class _Pinning:
         return _Pinned(out) if isinstance(out, Delivery) else out
 
 
-@documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)])
+@documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)],
+                   where=NODES)
 def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "thread",
                            seed: int | None = None, uneven: str = "drop",
                            prefetch_factor: int = 2, order: str = "fast",
@@ -159,8 +161,7 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
         streams: with ``order="deterministic"``, the canonical streams (see
             :func:`aisio.webdataset_dataloader`).
         **pipe_options: the pipeline options below (with ``drop_last``: the rank's last,
-            short batch), and DataLoader's ``in_order``, ``multiprocessing_context``
-            (for ``method="process"``), ``pin_memory`` and ``pin_memory_device`` (nodes'
+            short batch) and the loader options below (``pin_memory`` through nodes'
             ``PinMemory``; without an accelerator, a warning and nothing pinned, as torch's
             DataLoader does).
 

@@ -26,7 +26,12 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from aisio.core.epochs.resample import RESAMPLED, SAMPLES_PER_EPOCH
 from aisio.core.faults.errors import ConfigError, LoaderUnavailableError, WorkerDiedError
-from aisio.core.pipeline.loader_options import LOADER_OPTIONS, workers_only
+from aisio.core.pipeline.loader_options import (
+    DATALOADER,
+    LOADER_OPTIONS,
+    STATEFUL,
+    workers_only,
+)
 from aisio.core.pipeline.loop import ResumableLoader
 from aisio.core.pipeline.spec import documents_options
 from aisio.core.transport.delivery import Delivery
@@ -234,7 +239,8 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
                         collate=batch_collate(setup.spec, pin=pinned, device=device))
 
 
-@documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)])
+@documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)],
+                   where=DATALOADER)
 def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
                           uneven: str = "drop", order: str = "fast", streams: int | None = None,
                           **options: Any) -> ResumableLoader:
@@ -265,10 +271,8 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
         streams: with ``order="deterministic"``, ``K``, the canonical streams: it must divide
             ``batch_size``, and the number of ranks must divide it (default
             ``gcd(batch_size, 8)``). Up to ``K / R`` workers per rank have work.
-        **options: the pipeline options below, and DataLoader's ``pin_memory``,
-            ``pin_memory_device``, ``persistent_workers`` (default True), ``prefetch_factor``
-            (default 2), ``multiprocessing_context``, ``timeout``, ``in_order`` and
-            ``worker_init_fn``, passed to it.
+        **options: the pipeline options and the loader options below (DataLoader's
+            ``prefetch_factor`` defaults to 2 here).
 
     Example:
         >>> loader = webdataset_dataloader("ais://b/train-{000..099}.tar", decode="torchrgb",
@@ -278,7 +282,8 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
                    seed=seed, uneven=uneven, order=order, streams=streams, **options)
 
 
-@documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)])
+@documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)],
+                   where=STATEFUL)
 def webdataset_stateful_loader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
                                uneven: str = "drop", order: str = "fast",
                                streams: int | None = None, **options: Any

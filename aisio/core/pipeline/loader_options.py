@@ -1,19 +1,19 @@
 """The loaders' own options (torch ``DataLoader``'s, where each loader has them), as one table.
 
-Besides the pipeline options (:mod:`aisio.core.pipeline.spec`), each one-call loader passes
-some of ``DataLoader``'s options to the loader underneath, refuses by name the ones it cannot
-honour, and takes ``resampled`` and ``samples_per_epoch``. :data:`LOADER_OPTIONS` says which,
-once: the entry points split what they are given with :func:`split_loader_options`, and the
-docs' table of them (docs/guide/loaders.md) is drawn from it (:func:`options_table`).
+Besides the pipeline options (:mod:`aisio.core.pipeline.spec`) and ``resampled`` /
+``samples_per_epoch``, each one-call loader passes some of ``DataLoader``'s options to the
+loader underneath and refuses by name the ones it cannot honour. :data:`LOADER_OPTIONS` says
+which, once: the set-up splits what a loader is given with :func:`split_loader_options`, and
+the entry points' docstrings (:func:`loader_options_doc`) and the docs' table
+(docs/guide/loaders.md, :func:`options_table`) are drawn from it.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-from aisio.core.epochs.resample import RESAMPLING
 
 DATALOADER = "webdataset_dataloader"
 STATEFUL = "webdataset_stateful_loader"
@@ -94,6 +94,19 @@ def split_loader_options(options: dict[str, Any], where: str) -> dict[str, Any]:
     return {name: options.pop(name) for name in taken_by(where) if name in options}
 
 
+def loader_options_doc(where: str, width: int = 96) -> str:
+    """Returns what ``where``'s docstring says of its loader options, from the table: the
+    ones it passes on (with their notes) and the ones it refuses by name."""
+    taken = [f"``{name}``" + (f" ({option.note[where]})" if where in option.note else "")
+             for name, option in LOADER_OPTIONS.items() if where in option.takes]
+    refused = [f"``{name}``" for name in refused_by(where)]
+    text = (f"{', '.join(taken) or 'none'}, passed to {FRONT_ENDS[where]}"
+            + (f"; refused by name, with what to do instead: {', '.join(refused)}"
+               if refused else "") + ".")
+    return textwrap.fill(text, width=width, initial_indent=" " * 8, subsequent_indent=" " * 8,
+                         break_on_hyphens=False, break_long_words=False)
+
+
 def options_table() -> str:
     """Returns the docs' table of :data:`LOADER_OPTIONS`: per option, per loader, "yes" (with
     its note), "refused by name" or "no" (a Markdown table)."""
@@ -114,6 +127,6 @@ def options_table() -> str:
     return "\n".join(rows)
 
 
-__all__ = ["DATALOADER", "DATALOADER2", "FRONT_ENDS", "LOADER_OPTIONS", "NODES", "RESAMPLING",
-           "STATEFUL", "LoaderOption", "options_table", "refused_by", "split_loader_options",
-           "taken_by", "workers_only"]
+__all__ = ["DATALOADER", "DATALOADER2", "FRONT_ENDS", "LOADER_OPTIONS", "NODES", "STATEFUL",
+           "LoaderOption", "loader_options_doc", "options_table", "refused_by",
+           "split_loader_options", "taken_by", "workers_only"]
