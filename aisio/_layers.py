@@ -18,9 +18,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("aisio._lazy",),
     # trainers that checkpoint a loader: Lightning, Fabric, accelerate (optional extras)
     ("aisio.trainers",),
-    # front ends: one per loader framework, each a thin layer over the core
-    ("aisio.loaders",),
-    ("aisio.datapipes",),
+    # front ends: one per loader framework, each a thin layer over the core (neighbours: the
+    # one-call loaders of either run the core's reader, never the other's plumbing)
+    ("aisio.loaders", "aisio.datapipes"),
     # what every front end needs from torch while it runs; a real AIStore on loopback
     ("aisio.runtime", "aisio.playground"),
     ("aisio.localetl",),

@@ -11,6 +11,9 @@ playground it starts), and times, each in a fresh process, these arms:
 - ``loader`` / ``loader-noshuffle``: ``webdataset_dataloader`` in one process, batches of
   64 with the labels decoded and collated (``tuple_fields=("jpg", "cls")``), with its
   default sample shuffle and without (what a user of the one-call loader gets);
+  ``loader-deterministic`` the same in ``order="deterministic"``, ``loader-dl2`` and
+  ``loader-nodes`` on DataLoader2 and ``torchdata.nodes`` (the venv's torchdata decides
+  which of the two runs: the other is shown as ``-``);
 - ``local`` / ``local-resumable``: ``WebDatasetParser`` over the shard in a ``BytesIO`` (the
   parser alone, no network).
 
@@ -49,7 +52,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
-ARMS = ("raw", "parse", "resumable", "loader", "loader-noshuffle", "local", "local-resumable")
+ARMS = ("raw", "parse", "resumable", "loader", "loader-noshuffle", "loader-deterministic",
+        "loader-dl2", "loader-nodes", "local", "local-resumable")
 
 
 # ---- the shard --------------------------------------------------------------------------------
@@ -100,12 +104,15 @@ def _arm(name: str, endpoint: str, uri: str, local: bytes) -> Callable[[], int]:
             count += "__pos__" in sample
         return count
 
-    def loader(**options: Any) -> int:
+    def loader(make: Any = None, **options: Any) -> int:
         # what a user calls: batches of 64, labels decoded and collated, payloads as bytes
-        one_call = aisio.webdataset_dataloader(
+        one_call = (make or aisio.webdataset_dataloader)(
             uri, url=endpoint, num_workers=0, batch_size=64, seed=0,
             decode=aisio.Decoder(None, only=["cls"]), tuple_fields=("jpg", "cls"), **options)
-        return sum(len(labels) for _, labels in one_call)
+        try:
+            return sum(len(labels) for _, labels in one_call)
+        finally:
+            one_call.shutdown()
 
     def local_parse() -> int:
         return sum(1 for _ in aisio.WebDatasetParser([(uri, io.BytesIO(local))]))
@@ -115,7 +122,10 @@ def _arm(name: str, endpoint: str, uri: str, local: bytes) -> Callable[[], int]:
         return sum("__pos__" in sample for sample in aisio.WebDatasetParser(pairs))
 
     arms = {"raw": raw, "parse": parse, "resumable": resumable, "loader": loader,
-            "loader-noshuffle": lambda: loader(shuffle_buffer=0), "local": local_parse,
+            "loader-noshuffle": lambda: loader(shuffle_buffer=0),
+            "loader-deterministic": lambda: loader(order="deterministic"),
+            "loader-dl2": lambda: loader(aisio.webdataset_loader),
+            "loader-nodes": lambda: loader(aisio.webdataset_node_loader), "local": local_parse,
             "local-resumable": local_resumable}
     return arms[name]
 
@@ -132,9 +142,12 @@ def child(args: argparse.Namespace) -> None:
     _pythonpath_only()
     local = Path(args.local).read_bytes()
     run = _arm(args.child, args.endpoint, args.uri, local)
+    import aisio
+
     try:
         expected = run()
-    except ImportError as exc:  # an older checkout without this arm
+    except (ImportError, aisio.LoaderUnavailableError) as exc:  # an older checkout, another
+        # torchdata: no such arm
         print(json.dumps({"missing": f"{type(exc).__name__}: {exc}"}))
         return
     rates, cpu_rates = [], []

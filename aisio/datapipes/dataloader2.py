@@ -31,21 +31,22 @@ from aisio.core.epochs.plan import EpochPlan
 from aisio.core.faults.errors import ConfigError, StateMismatchError
 from aisio.core.faults.policy import check_epoch
 from aisio.core.faults.report import ErrorReport
-from aisio.core.order.loader import OrderedLoader, OrderSetup, is_deterministic, refuse_streams
+from aisio.core.order.loader import is_deterministic, refuse_streams
+from aisio.core.pipeline.loader_options import DATALOADER2
 from aisio.core.pipeline.loop import ResumableLoader
-from aisio.core.pipeline.spec import check_options, documents_options
+from aisio.core.pipeline.spec import documents_options
 from aisio.datapipes.base import IterDataPipe
 from aisio.datapipes.mpfix import install as _install_round_robin_fix
 from aisio.datapipes.pipeline import (
     RESAMPLED,
+    ReaderPipe,
     SampleQuota,
     batch_pipe,
-    epoch_pipe,
     shards_pipe,
 )
 from aisio.runtime.dist import Uneven, check_uneven
 from aisio.runtime.ordered import batch_collate
-from aisio.runtime.setup import loader_setup
+from aisio.runtime.setup import LoaderSetup, loader_setup
 from aisio.runtime.workers import widen_pipe
 
 
@@ -178,31 +179,14 @@ def make_loader(pipe: IterDataPipe, *, num_workers: int = 0, seed: int | None = 
                                              main_prefetch=main_prefetch), seed)
 
 
-#: DataLoader options DataLoader2 cannot honour, and what to do instead.
-_REFUSED = {
-    "pin_memory": "DataLoader2 does not pin memory; use aisio.webdataset_dataloader(..., "
-                  "pin_memory=True) (torch's DataLoader), or pin each batch in the loop",
-    "pin_memory_device": "DataLoader2 does not pin memory; use aisio.webdataset_dataloader",
-    "timeout": "DataLoader2 has no per-batch timeout; reads are bounded by "
-               "AISConfig(read_timeout=...) and a dead worker raises WorkerDiedError",
-}
-
-
-def _loader_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Takes DataLoader's options out of ``options``; returns them, refusing what DataLoader2
-    cannot do (``in_order=False``: its round robin is always in order)."""
-    check_options(options, where="webdataset_loader", refused=_REFUSED,
-                  known=("resampled", "prefetch_factor", "persistent_workers",
-                         "multiprocessing_context", "in_order"))
-    names = ("prefetch_factor", "persistent_workers", "multiprocessing_context", "in_order")
-    taken: dict[str, Any] = {name: options.pop(name) for name in names if name in options}
-    if taken.get("in_order", True) is not True:
+def _in_order(loader_options: dict[str, Any]) -> None:
+    """Refuses ``in_order=False``: DataLoader2's round robin is always in order."""
+    if loader_options.get("in_order", True) is not True:
         raise ConfigError("webdataset_loader() cannot honour in_order=False: DataLoader2 takes "
                           "items from its workers in turn; use aisio.webdataset_dataloader")
-    return taken
 
 
-@documents_options(extra=[("resampled", RESAMPLED)])
+@documents_options(extra=[("resampled", RESAMPLED)], where=DATALOADER2)
 def webdataset_loader(
     shards: Any,
     *,
@@ -214,15 +198,16 @@ def webdataset_loader(
     order: str = "fast",
     streams: int | None = None,
     **pipe_options: Any,
-) -> ResumableLoader | EpochLoader | OrderedLoader:
+) -> ResumableLoader | EpochLoader:
     """Returns a DataLoader2 pipeline that streams batches from AIStore shards: the one-call
     entry point, resumable mid-epoch (``state_dict()`` / ``load_state_dict()``).
 
-    The pipe is :func:`~aisio.datapipes.pipeline.epoch_pipe` (shard tasks -> sharding_filter
-    -> AISFileLoader -> WebDatasetParser -> shuffle -> decode -> tuples and batches) on one
-    DataLoader2 with the reading service of :func:`reading_service`. Its worker processes start
-    with the first epoch and live until :meth:`~aisio.ResumableLoader.shutdown`: each epoch,
-    and each resumed state, reaches them through an :class:`~aisio.core.epochs.plan.EpochPlan`.
+    The pipe is the core's epoch reader as one DataPipe
+    (:class:`~aisio.datapipes.pipeline.ReaderPipe`: shard tasks -> load -> parse -> shuffle
+    -> decode -> tuples and batches) on one DataLoader2 with the reading service of
+    :func:`reading_service`. Its worker processes start with the first epoch and live until
+    :meth:`~aisio.ResumableLoader.shutdown`: each epoch, and each resumed state, reaches them
+    through an :class:`~aisio.core.epochs.plan.EpochPlan`.
     Shards and samples are shuffled by default (``shuffle_buffer=1000`` per worker: see
     below; ``shuffle_buffer=0`` keeps each shard's order). Needs torchdata < 0.10.
 
@@ -245,12 +230,9 @@ def webdataset_loader(
             ``post`` or ``resampled=True`` the loader is a plain :class:`EpochLoader`, whose
             ``state_dict()`` raises :class:`~aisio.StateMismatchError` (it cannot say what
             the training loop received).
-        **pipe_options: the pipeline options below, as for :func:`webdataset_pipe`; and of
-            DataLoader's options, the ones DataLoader2 has: ``prefetch_factor`` (items
-            each worker keeps ready, default 10), ``persistent_workers`` (default True; False
-            starts the workers again each epoch), ``multiprocessing_context``, ``in_order``
-            (True only) and ``drop_last`` (see :func:`webdataset_pipe`). ``pin_memory`` and
-            ``timeout`` are refused with what to use instead.
+        **pipe_options: the pipeline options below, as for :func:`webdataset_pipe`, and the
+            loader options below: ``prefetch_factor`` is the items each worker keeps ready
+            (default 10), ``persistent_workers=False`` starts the workers again each epoch.
         order: ``"fast"`` or ``"deterministic"``, as for
             :func:`aisio.webdataset_dataloader` (``batch_size`` then the global batch;
             ``post``, ``resampled``, ``drop_last`` and ``decode_threads`` refused).
@@ -261,53 +243,52 @@ def webdataset_loader(
         >>> loader = webdataset_loader("ais://b/train-{000..099}.tar", decode="torchrgb",
         ...     tuple_fields=("png", "cls"), batch_size=64, num_workers=2)   # doctest: +SKIP
     """
-    loader_options = _loader_options(pipe_options)
-    resampled = bool(pipe_options.pop("resampled", False))
-    if not is_deterministic(order, "webdataset_loader") and (
-            post is not None or resampled or samples_per_epoch is not None):
+    deterministic = is_deterministic(order, "webdataset_loader")
+    if deterministic and (post is not None or samples_per_epoch is not None):
+        raise ConfigError("webdataset_loader(order=\"deterministic\") takes neither post= nor "
+                          "samples_per_epoch=: use map= for a function of each sample")
+    plain = not deterministic and (post is not None or pipe_options.get("resampled")
+                                   or samples_per_epoch is not None)
+    if plain:
         refuse_streams(streams, "webdataset_loader")
+        pipe_options["samples_per_epoch"] = samples_per_epoch
+    setup = loader_setup("webdataset_loader", shards, pipe_options, seed=seed, uneven=uneven,
+                         order=order, streams=streams, workers=num_workers,
+                         shared=not plain, check=_in_order)
+    loader_options = setup.loader_options
+    if plain:
         if loader_options:
             raise ConfigError(
                 f"webdataset_loader() with post= or resampled=True takes none of "
                 f"{sorted(loader_options)}: build the pipe with aisio.webdataset_pipe and pass "
                 "it to aisio.make_loader")
-        return _plain_loader(shards, num_workers=num_workers, seed=seed, uneven=uneven,
-                             samples_per_epoch=samples_per_epoch, post=post,
-                             resampled=resampled, **pipe_options)
-    if post is not None or samples_per_epoch is not None:
-        raise ConfigError("webdataset_loader(order=\"deterministic\") takes neither post= nor "
-                          "samples_per_epoch=: use map= for a function of each sample")
-    setup = loader_setup("webdataset_loader", shards, pipe_options, seed=seed, uneven=uneven,
-                         order=order, streams=streams, resampled=resampled)
-    # DataLoader2 copies the pipe even in one process: the plan is a file that every copy reads.
-    plan = setup.epoch_plan(shared=True)
+        return _plain_loader(setup, num_workers=num_workers, seed=seed, uneven=uneven,
+                             post=post)
+    # DataLoader2 copies the pipe even in one process: the plan is a file that every copy reads
+    # (shared=True above).
+    plan = setup.plan
     persistent = loader_options.get("persistent_workers", True)
     prefetch = loader_options.get("prefetch_factor") or 10
     context = loader_options.get("multiprocessing_context")
-    if setup.deterministic:
-        order_setup = setup.order(plan)
-        setup.warn_idle_readers(num_workers, order_setup)
+    pipe = ReaderPipe(setup.reader(), setup.world)  # the core's reader, as one DataPipe
+    if setup.ordered is not None:
         # ranks are the order's plan's, not a reading service's
-        served = ServedEpochs(OrderedRounds(order_setup), plan, lambda: WorkersReadingService(
+        served = ServedEpochs(pipe, plan, lambda: WorkersReadingService(
             num_workers=num_workers, multiprocessing_context=context,
             worker_prefetch_cnt=prefetch, main_prefetch_cnt=10) if num_workers else None)
     else:
-        setup.warn_idle_readers(num_workers)
-        pipe = epoch_pipe(setup.shards, setup.spec, seed=setup.seed, plan=plan, rank=setup.rank,
-                          world=setup.world)
         served = ServedEpochs(pipe, plan, lambda: reading_service(
             num_workers, uneven=uneven, worker_prefetch=prefetch,
             multiprocessing_context=context))
     if num_workers:
         check_picklable(served.pipe, num_workers, "the pipeline")
     _install_round_robin_fix()
-    end_epoch = None if persistent else served.close
-    if setup.deterministic:
-        return setup.ordered(order_setup, open_epoch=served.open, collate=batch_collate(setup.spec),
-                             close=served.close, end_epoch=end_epoch)
-    # DataLoader2's distributed reading service stops the ranks together itself
-    return setup.resumable(open_epoch=served.open, close=served.close, end_epoch=end_epoch,
-                           stops_together=True)
+    # DataLoader2's distributed reading service stops the ranks together itself (the
+    # deterministic order's workers are a rank's own: the loop stops the ranks together)
+    return setup.loader(open_epoch=served.open, close=served.close,
+                        end_epoch=None if persistent else served.close,
+                        collate=batch_collate(setup.spec),
+                        stops_together=setup.ordered is None)
 
 
 class ServedEpochs:
@@ -345,42 +326,15 @@ class ServedEpochs:
             current.shutdown()
 
 
-class OrderedRounds(IterDataPipe):
-    """Yields one reader's packs of the deterministic order, chunks per group of rounds
-    (:meth:`~aisio.core.order.loader.OrderSetup.rounds`); the worker it runs in is known from the
-    multiprocessing sharding DataLoader2 applies to it."""
-
-    def __init__(self, setup: OrderSetup) -> None:
-        self.setup = setup
-        self.worker, self.workers = 0, 1
-
-    def apply_sharding(self, num_of_instances: int, instance_id: int,
-                       sharding_group: Any = SHARDING_PRIORITIES.DEFAULT) -> None:
-        if sharding_group in (SHARDING_PRIORITIES.DEFAULT, SHARDING_PRIORITIES.MULTIPROCESSING):
-            self.worker, self.workers = instance_id, num_of_instances
-
-    def __iter__(self) -> Iterator[Any]:
-        return self.setup.rounds(self.worker, self.workers)
-
-
-def _plain_loader(shards: Any, *, num_workers: int, seed: int | None, uneven: Uneven,
-                  samples_per_epoch: int | None,
-                  post: Callable[[IterDataPipe], IterDataPipe] | None, resampled: bool,
-                  **pipe_options: Any) -> EpochLoader:
+def _plain_loader(setup: LoaderSetup, *, num_workers: int, seed: int | None, uneven: Uneven,
+                  post: Callable[[IterDataPipe], IterDataPipe] | None) -> EpochLoader:
     """``webdataset_loader`` with ``post=`` or ``resampled=True``: :func:`make_loader` over the
     pipe (its shards agreed by the ranks like every loader's), with no resumable state."""
-    if samples_per_epoch is not None and not resampled:
-        raise ValueError("samples_per_epoch goes with resampled=True (exact epochs end "
-                         "when the shards do)")
-    setup = loader_setup("webdataset_loader", shards, pipe_options, seed=seed, uneven=uneven,
-                         resampled=resampled)
-    if not resampled:  # resampled: every reader samples from every shard
-        setup.warn_idle_readers(num_workers)
     spec = setup.spec
     # samples: counted before batching
-    pipe = shards_pipe(setup.shards, spec, resampled=resampled, batched=False)
-    if samples_per_epoch is not None:
-        pipe = SampleQuota(pipe, samples_per_epoch)  # exactly that many per rank
+    pipe = shards_pipe(setup.shards, spec, resampled=setup.resampled, batched=False)
+    if setup.samples_per_epoch is not None:
+        pipe = SampleQuota(pipe, setup.samples_per_epoch)  # exactly that many per rank
     pipe = batch_pipe(pipe, spec.batch_size, collate=spec.collate, drop_last=spec.drop_last)
     if post is not None:
         pipe = post(pipe)
@@ -401,27 +355,30 @@ def _describe(fn: Any) -> str:
 
 
 def _unpicklable_callable(pipe: IterDataPipe) -> Any:
-    """Returns the first function held by a DataPipe of ``pipe``'s graph that does not pickle."""
+    """Returns the first function held by a DataPipe of ``pipe``'s graph that does not pickle
+    (held itself, or inside what it holds: the user's ``map=`` in the reader's spec, say)."""
     from torch.utils.data.graph import traverse_dps
 
     stack = [traverse_dps(pipe)]
     while stack:
         for dp, parents in stack.pop().values():
             for value in vars(dp).values():
-                if callable(value) and not isinstance(value, (type, IterDataPipe)):
+                if not isinstance(value, (type, IterDataPipe)):
                     try:
                         pickle.dumps(value)
                     except Exception:
-                        return _innermost_unpicklable(value)
+                        culprit = _innermost_unpicklable(value)
+                        if callable(culprit):
+                            return culprit
             stack.append(parents)
     return None
 
 
 def _innermost_unpicklable(fn: Any, depth: int = 4) -> Any:
-    """Returns the function inside ``fn`` (a stage holding the user's ``map=``, say) that
-    keeps it from pickling, or ``fn`` itself."""
+    """Returns the object inside ``fn`` (a stage or a reader holding the user's ``map=``,
+    say) that keeps it from pickling, or ``fn`` itself."""
     for value in getattr(fn, "__dict__", {}).values():
-        if depth and callable(value) and not isinstance(value, type):
+        if depth and not isinstance(value, type):
             try:
                 pickle.dumps(value)
             except Exception:

@@ -3,8 +3,8 @@
 
 - :mod:`~aisio.loaders.torch`: :func:`webdataset_dataloader`, :func:`webdataset_stateful_loader`.
 - :mod:`~aisio.loaders.nodes`: :class:`ShardSamples` (a node) and :func:`webdataset_node_loader`.
-- :mod:`~aisio.runtime.ordered`: the torch parts of ``order="deterministic"`` (the workers'
-  dataset, the collate), shared with DataLoader2's and the nodes' front ends.
+- :mod:`~aisio.runtime.ordered`: the torch part of ``order="deterministic"`` (the collate in
+  the training process), shared with DataLoader2's and the nodes' front ends.
 - :func:`gather_state` (from :mod:`aisio.runtime.dist`, which DataLoader2 shares).
 """
 

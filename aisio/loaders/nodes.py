@@ -14,33 +14,20 @@ import itertools
 import random
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from functools import partial
 from typing import Any
 
-from aisio.core.epochs.progress import ShardTask, epoch_seed, shuffle_buffer
-from aisio.core.epochs.resample import (
-    RESAMPLED,
-    RESAMPLING,
-    SAMPLES_PER_EPOCH,
-    check_resampled,
-    resampled_tasks,
-)
+from aisio.core.epochs.progress import ShardTask, epoch_seed
+from aisio.core.epochs.resample import RESAMPLED, SAMPLES_PER_EPOCH, resampled_tasks
 from aisio.core.epochs.split import Deal
-from aisio.core.faults.errors import AISIOError, LoaderUnavailableError
-from aisio.core.faults.policy import SKIPPED, is_kept
-from aisio.core.format.collate import BatchCollate, sample_name
-from aisio.core.order.loader import OrderedLoader, OrderSetup
+from aisio.core.faults.errors import LoaderUnavailableError
+from aisio.core.order.loader import OrderSetup
+from aisio.core.pipeline.epoch import BatchStage, samples_of
+from aisio.core.pipeline.loader_options import NODES
 from aisio.core.pipeline.loop import ResumableLoader
-from aisio.core.pipeline.parse import parse_streams
-from aisio.core.pipeline.spec import PipelineSpec, check_options, documents_options
-from aisio.core.transport.delivery import (
-    Delivery,
-    Failure,
-    Positioned,
-    batch_delivery,
-    ship_errors,
-)
+from aisio.core.pipeline.spec import PipelineSpec, documents_options
+from aisio.core.transport.delivery import Delivery, ship_errors
 from aisio.loaders.nodes_pool import PoolMapper
+from aisio.runtime.collate import stack_collate
 from aisio.runtime.ordered import batch_collate, can_pin
 from aisio.runtime.setup import LoaderSetup, loader_setup
 
@@ -86,10 +73,8 @@ class ShardSamples(_Node or object):  # type: ignore[misc]
             self.next()
 
     def _samples(self) -> Iterator[Any]:
-        fetcher = self.spec.fetcher()
-        samples = parse_streams(fetcher.streams(self.tasks), fetcher.policy)  # in this process
-        if self.spec.shuffle_buffer:
-            samples = shuffle_buffer(samples, self.spec.shuffle_buffer, random.Random(self.seed))
+        # fetch -> parse -> shuffle, the core's (aisio.core.pipeline.epoch), in this process
+        samples: Iterable[Any] = samples_of(self.spec, self.tasks, rng=random.Random(self.seed))
         if self.limit is not None:
             samples = itertools.islice(samples, self.limit)
         # An error ends the samples as a Failure item: nodes' threads would rebuild it from
@@ -125,78 +110,30 @@ class RoundPacks(_Node or object):  # type: ignore[misc]
         return next(self._items)
 
     def get_state(self) -> dict[str, Any]:
-        return {}  # the order's state is the training loop's (OrderedLoader.state_dict)
+        return {}  # the order's state is the training loop's (ResumableLoader.state_dict)
 
 
-class _Staged:
-    """What nodes' mapper applies to each batch (or sample, without ``batch_size``): the
-    per-sample stage (``Positioned``: decode, tuple, keeping positions) on each sample, then
-    :func:`_deliver`. Mapping whole batches keeps the mapper's queues and threads (or
-    processes) at one hand-over per batch, not per sample. A :class:`Failure` passes on, and
-    an aisio error the stage raises becomes one (nodes' threads and processes would rebuild
-    it from its message); the samples before it in the batch were not delivered, so a resume
-    reads them again."""
+class _Pinning:
+    """What nodes' mapper applies with ``pin_memory``: the core's stage, its delivery then
+    pinned by nodes' ``PinMemory`` (:class:`~aisio.loaders.torch._Pinned`)."""
 
-    def __init__(self, stage: Positioned, deliver: Any) -> None:
+    def __init__(self, stage: BatchStage) -> None:
         self.stage = stage
-        self.deliver = deliver
 
     def __call__(self, batch: Any) -> Any:
-        items = batch if isinstance(batch, list) else [batch]
-        stage = self.stage
-        placed = []
-        try:
-            for item in items:
-                if isinstance(item, Failure):
-                    return item
-                placed.append(stage(item))
-        except AISIOError as exc:
-            return Failure.of(exc)
-        return self.deliver(placed if isinstance(batch, list) else placed[0])
-
-
-def _deliver(collate: Any, shards: Sequence[Any], drop_last: int, pin: bool, batch: Any) -> Any:
-    """Packs a batch (or one) of ``(value, position, version)`` into a delivery; a batch that
-    holds a :class:`Failure` is that failure (the epoch ends with its error), and one whose
-    images differ in size raises MixedShapesError naming its shards and samples. With
-    ``drop_last`` (the batch size), a shorter batch (the rank's last) delivers only its
-    positions; with ``pin``, the delivery goes through nodes' ``PinMemory``."""
-    items = batch if isinstance(batch, list) else [batch]
-    failure = next((item for item in items if isinstance(item, Failure)), None)
-    if failure is not None:
-        return failure
-    if drop_last and len(items) < drop_last:
-        items = [(SKIPPED, *rest) for _, *rest in items]
-    if collate is not None:
-        names = [sample_name(shards, item[1]) for item in items if is_kept(item[0])]
-        collate = BatchCollate(collate, lambda n: names[-n:])
-    delivery = batch_delivery(items, collate=collate)
-    if not isinstance(batch, list) and not delivery.empty:
-        delivery.value = delivery.value[0]  # no batch_size: the item itself, as elsewhere
-    if pin:
         from aisio.loaders.torch import _Pinned
 
-        return _Pinned(delivery)
-    return delivery
+        out = self.stage(batch)
+        return _Pinned(out) if isinstance(out, Delivery) else out
 
 
-#: DataLoader's options that nodes' loader takes (``drop_last`` is the pipeline's).
-PASSED = ("in_order", "multiprocessing_context", "pin_memory", "pin_memory_device",
-          "prefetch_factor")
-_REFUSED = {
-    "persistent_workers": "webdataset_node_loader's mapper threads (or processes) always live "
-                          "across epochs, until loader.shutdown(); drop the option",
-    "timeout": "torchdata.nodes has no per-batch timeout; reads are bounded by "
-               "AISConfig(read_timeout=...)",
-}
-
-
-@documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)])
+@documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)],
+                   where=NODES)
 def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "thread",
                            seed: int | None = None, uneven: str = "drop",
                            prefetch_factor: int = 2, order: str = "fast",
                            streams: int | None = None, **pipe_options: Any
-                           ) -> ResumableLoader | OrderedLoader:
+                           ) -> ResumableLoader:
     """Returns aisio's pipeline on ``torchdata.nodes``: :class:`ShardSamples` (this rank's
     shards) -> ``Batcher`` -> :class:`~aisio.loaders.nodes_pool.PoolMapper` (decode, tuples
     and collate, a batch at a time) -> ``Prefetcher`` -> ``Loader``, resumable mid-epoch on any
@@ -224,8 +161,7 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
         streams: with ``order="deterministic"``, the canonical streams (see
             :func:`aisio.webdataset_dataloader`).
         **pipe_options: the pipeline options below (with ``drop_last``: the rank's last,
-            short batch), and DataLoader's ``in_order``, ``multiprocessing_context``
-            (for ``method="process"``), ``pin_memory`` and ``pin_memory_device`` (nodes'
+            short batch) and the loader options below (``pin_memory`` through nodes'
             ``PinMemory``; without an accelerator, a warning and nothing pinned, as torch's
             DataLoader does).
 
@@ -238,30 +174,21 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
             "torchdata.nodes needs torchdata >= 0.10: install 'torchdata>=0.10', or use the same "
             "pipeline on DataLoader2 (aisio.webdataset_loader) or torch's DataLoader "
             "(aisio.webdataset_dataloader)")
-    check_options(pipe_options, where="webdataset_node_loader", known=(*PASSED, *RESAMPLING),
-                  refused=_REFUSED)
-    resampled = bool(pipe_options.pop("resampled", False))
-    samples_per_epoch = pipe_options.pop("samples_per_epoch", None)
-    check_resampled(resampled, samples_per_epoch)
-    node_options = {name: pipe_options.pop(name) for name in PASSED if name in pipe_options}
     setup = loader_setup("webdataset_node_loader", shards, pipe_options, seed=seed,
-                         uneven=uneven, order=order, streams=streams, resampled=resampled)
-    if setup.deterministic:
+                         uneven=uneven, order=order, streams=streams)
+    node_options = setup.loader_options
+    if setup.ordered is not None:
         return _ordered_node_loader(setup, num_workers=num_workers, method=method,
                                     prefetch_factor=prefetch_factor, node_options=node_options)
     spec, refs, rank, world = setup.spec, setup.shards, setup.rank, setup.world
-    if spec.batch_size and spec.collate:
-        from aisio.runtime.collate import stack_collate
-
-        collate: Any = stack_collate
-    else:
-        collate = None
     pin = _pin(node_options)
     samples = ShardSamples([], spec)
     node: Any = Batcher(samples, spec.batch_size, drop_last=False) if spec.batch_size else samples
-    stage: Any = _Staged(Positioned(spec.stage()), partial(
-        _deliver, collate if spec.batch_size else None, refs,
-        (spec.batch_size or 0) if spec.drop_last else 0, pin))
+    # the mapper stages and delivers a batch at a time (the core's BatchStage): one hand-over
+    # per batch through its queues and threads (or processes), not per sample
+    stage: Any = BatchStage(spec, refs, stack_collate)
+    if pin:
+        stage = _Pinning(stage)
     node = Prefetcher(_mapper(node, stage, num_workers, method, node_options),
                       prefetch_factor or 2)
     if pin:
@@ -271,16 +198,15 @@ def webdataset_node_loader(shards: Any, *, num_workers: int = 0, method: str = "
     def open_epoch(epoch: int, resume: dict[str, Any] | None) -> Any:
         # Read in this process: the next reset (the loader's iter()) starts from these.
         samples.seed = epoch_seed(setup.seed, epoch) + rank
-        if resampled:  # this rank's own draw, its samples_per_epoch; no positions kept
+        if setup.resampled:  # this rank's own draw, its samples_per_epoch; no positions kept
             samples.tasks = resampled_tasks(refs, setup.seed, epoch, rank=rank)
-            samples.limit = samples_per_epoch
+            samples.limit = setup.samples_per_epoch
             return _values(loader)
         samples.tasks = Deal(refs, setup.seed, epoch, shuffle=spec.shuffle_shards,
                              world=world, resume=resume).tasks(rank)
         return loader
 
-    return setup.resumable(open_epoch=open_epoch, close=lambda: _stop_threads(loader),
-                           resumable=not resampled)
+    return setup.loader(open_epoch=open_epoch, close=lambda: _stop_threads(loader))
 
 
 def _values(loader: Any) -> Iterator[Any]:
@@ -317,12 +243,13 @@ def _pin(node_options: dict[str, Any], stacklevel: int = 3) -> bool:
 
 
 def _ordered_node_loader(setup: LoaderSetup, *, num_workers: int, method: str,
-                         prefetch_factor: int, node_options: dict[str, Any]) -> OrderedLoader:
+                         prefetch_factor: int, node_options: dict[str, Any]
+                         ) -> ResumableLoader:
     """``webdataset_node_loader(order="deterministic")``: :class:`RoundPacks` ->
     :class:`~aisio.loaders.nodes_pool.PoolMapper` (decode, in order) -> ``Prefetcher`` ->
     ``Loader``; batches made (and pinned) in the training loop."""
-    plan = setup.epoch_plan(shared=False)  # the packs are read in this process
-    order = setup.order(plan)
+    plan, order = setup.plan, setup.ordered  # (the packs are read in this process)
+    assert order is not None
     pin = _pin(node_options, stacklevel=4)
     loader = Loader(Prefetcher(_mapper(RoundPacks(order), order.stage_pack, num_workers,
                                        method, node_options), prefetch_factor or 2))
@@ -333,8 +260,8 @@ def _ordered_node_loader(setup: LoaderSetup, *, num_workers: int, method: str,
 
     collate = batch_collate(setup.spec, pin=pin,
                             device=node_options.get("pin_memory_device") or None)
-    return setup.ordered(order, open_epoch=open_rounds, collate=collate,
-                         close=lambda: _stop_threads(loader))
+    return setup.loader(open_epoch=open_rounds, collate=collate,
+                        close=lambda: _stop_threads(loader))
 
 
 def _stop_threads(root: Any) -> None:

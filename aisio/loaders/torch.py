@@ -1,12 +1,12 @@
 """aisio's pipeline on ``torch.utils.data.DataLoader`` and torchdata's ``StatefulDataLoader``.
 
-The pipeline is the DataPipes one (:func:`aisio.datapipes.pipeline.epoch_pipe`): torch's
-DataLoader applies its ``sharding_filter`` per worker and per rank itself. One DataLoader serves
-every epoch, its workers persistent (``persistent_workers=True``): each epoch, and each resumed
-state, reaches them through an :class:`~aisio.core.epochs.plan.EpochPlan` published before its
-``iter()``. The wrapper (:class:`~aisio.core.pipeline.loop.ResumableLoader`) unpacks what arrives
-and can
-resume mid-epoch on any number of workers and ranks.
+An adapter over the core's reader (:mod:`aisio.core.pipeline.epoch`): each DataLoader worker
+iterates :class:`Reading`, its reader's items of the epoch (deliveries, or the deterministic
+order's packs). One DataLoader serves every epoch, its workers persistent
+(``persistent_workers=True``): each epoch, and each resumed state, reaches them through an
+:class:`~aisio.core.epochs.plan.EpochPlan` published before its ``iter()``. The wrapper
+(:class:`~aisio.core.pipeline.loop.ResumableLoader`) unpacks what arrives and can resume
+mid-epoch on any number of workers and ranks.
 """
 
 from __future__ import annotations
@@ -22,30 +22,37 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from aisio.core.epochs.resample import (
-    RESAMPLED,
-    RESAMPLING,
-    SAMPLES_PER_EPOCH,
-    check_resampled,
-)
+from aisio.core.epochs.resample import RESAMPLED, SAMPLES_PER_EPOCH
 from aisio.core.faults.errors import ConfigError, LoaderUnavailableError, WorkerDiedError
-from aisio.core.order.loader import OrderedLoader
+from aisio.core.pipeline.loader_options import (
+    DATALOADER,
+    LOADER_OPTIONS,
+    STATEFUL,
+    workers_only,
+)
 from aisio.core.pipeline.loop import ResumableLoader
-from aisio.core.pipeline.spec import check_options, documents_options
+from aisio.core.pipeline.spec import documents_options
 from aisio.core.transport.delivery import Delivery
-from aisio.datapipes.pipeline import ResampledBatches, epoch_pipe
-from aisio.runtime.ordered import OrderedStreams, batch_collate, can_pin
-from aisio.runtime.setup import loader_setup
+from aisio.runtime.ordered import batch_collate, can_pin
+from aisio.runtime.setup import Reader, loader_setup
 from aisio.runtime.workers import forking, widen_pipe, worker_died, worker_init_fn
 
-#: DataLoader's options these loaders pass through (``drop_last`` is the pipeline's: batches
-#: are made in the workers).
-PASSED = ("in_order", "multiprocessing_context", "persistent_workers", "pin_memory",
-          "pin_memory_device", "prefetch_factor", "timeout", "worker_init_fn")
-#: Those that need worker processes.
-_WORKERS_ONLY = ("multiprocessing_context", "persistent_workers", "prefetch_factor")
+
+class Reading(IterableDataset):
+    """The dataset each DataLoader worker iterates: its reader's items of the published epoch
+    (:meth:`~aisio.runtime.setup.LoaderSetup.reader`: worker ``w`` of the DataLoader's ``N``,
+    or ``0`` of ``1`` in the training process). The epoch is read when the worker starts it,
+    so persistent workers serve every epoch."""
+
+    def __init__(self, reader: Reader) -> None:
+        self.reader = reader
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        return self.reader.read(info.id, info.num_workers) if info is not None else (
+            self.reader.read())
 
 
 def _as_is(item: Any) -> Any:
@@ -172,47 +179,38 @@ def _stop_workers(loader: Any) -> None:
 
 def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
             seed: int | None, uneven: str, order: str = "fast", streams: int | None = None,
-            **options: Any) -> ResumableLoader | OrderedLoader:
-    check_options(options, where=where, known=(*PASSED, *RESAMPLING))
-    resampled = bool(options.pop("resampled", False))
-    samples_per_epoch = options.pop("samples_per_epoch", None)
-    check_resampled(resampled, samples_per_epoch)
-    torch_options = {name: options.pop(name) for name in PASSED if name in options}
-    if "in_order" in torch_options and (
-            "in_order" not in inspect.signature(loader_class).parameters):
-        raise ConfigError(f"{where}() cannot honour in_order=: this {loader_class.__name__} "
-                          "has no such option (torchdata >= 0.10's has)")
-    if not num_workers and any(torch_options.get(name) for name in _WORKERS_ONLY):
-        raise ConfigError(f"{where}(): {', '.join(n for n in _WORKERS_ONLY if n in torch_options)}"
-                          " go(es) with worker processes: pass num_workers=N (N >= 1)")
+            **options: Any) -> ResumableLoader:
+    def check(torch_options: dict[str, Any]) -> None:
+        if "in_order" in torch_options and (
+                "in_order" not in inspect.signature(loader_class).parameters):
+            raise ConfigError(f"{where}() cannot honour in_order=: this "
+                              f"{loader_class.__name__} has no such option (torchdata >= "
+                              "0.10's has)")
+        given = workers_only(torch_options)
+        if not num_workers and any(torch_options.get(name) for name in given):
+            raise ConfigError(f"{where}(): {', '.join(given)} go(es) with worker processes: "
+                              "pass num_workers=N (N >= 1)")
+
     setup = loader_setup(where, shards, options, seed=seed, uneven=uneven, order=order,
-                         streams=streams, resampled=resampled)
-    plan = setup.epoch_plan(shared=bool(num_workers))
+                         streams=streams, workers=num_workers, shared=bool(num_workers),
+                         check=check)
+    torch_options, plan = setup.loader_options, setup.plan
     # Deliveries are pinned where torch pins (with an accelerator); without one, torch warns.
     pinned = can_pin(torch_options.get("pin_memory"))
-    if setup.deterministic:
-        order_setup = setup.order(plan)
-        setup.warn_idle_readers(num_workers, order_setup)
-        device = torch_options.get("pin_memory_device") or None
-        if pinned:  # the batch is made, and pinned, in the training process
-            torch_options["pin_memory"] = False
-            torch_options.pop("pin_memory_device", None)
-        dataset: Any = OrderedStreams(order_setup)
-        collate_fn: Any = _as_is
-    elif resampled:  # every reader samples from every shard
-        dataset = ResampledBatches(setup.shards, setup.spec, seed=setup.seed, plan=plan,
-                                   rank=setup.rank, samples_per_epoch=samples_per_epoch)
-        collate_fn = _as_is  # batches, pinned by torch itself when asked
-    else:
-        setup.warn_idle_readers(num_workers)
-        dataset = epoch_pipe(setup.shards, setup.spec, seed=setup.seed, plan=plan,
-                             rank=setup.rank, world=setup.world)
-        collate_fn = _pinnable if pinned else _as_is
+    device = torch_options.get("pin_memory_device") or None
+    if pinned and setup.ordered is not None:  # the batch is made, and pinned, in the loop
+        torch_options["pin_memory"] = False
+        torch_options.pop("pin_memory_device", None)
+    dataset = Reading(setup.reader())
+    # Deliveries are pinned through _Pinned (a resampled epoch's batches pass it by, to be
+    # pinned by torch itself).
+    collate_fn = _pinnable if pinned and setup.ordered is None else _as_is
     current: list[Any] = []
+    with_workers = workers_only(LOADER_OPTIONS)
 
     def build() -> Any:
         kwargs = {name: value for name, value in torch_options.items()
-                  if value is not None or name not in _WORKERS_ONLY}
+                  if value is not None or name not in with_workers}
         if num_workers:
             kwargs.setdefault("persistent_workers", True)
             kwargs.setdefault("prefetch_factor", 2)
@@ -237,16 +235,15 @@ def _loader(loader_class: type, where: str, shards: Any, *, num_workers: int,
         while current:
             _stop_workers(current.pop())
 
-    if setup.deterministic:
-        return setup.ordered(order_setup, open_epoch=open_epoch, close=close,
-                             collate=batch_collate(setup.spec, pin=pinned, device=device))
-    return setup.resumable(open_epoch=open_epoch, close=close, resumable=not resampled)
+    return setup.loader(open_epoch=open_epoch, close=close,
+                        collate=batch_collate(setup.spec, pin=pinned, device=device))
 
 
-@documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)])
+@documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)],
+                   where=DATALOADER)
 def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
                           uneven: str = "drop", order: str = "fast", streams: int | None = None,
-                          **options: Any) -> ResumableLoader | OrderedLoader:
+                          **options: Any) -> ResumableLoader:
     """Returns aisio's pipeline on ``torch.utils.data.DataLoader``: batches from AIStore
     shards, resumable mid-epoch (``state_dict()`` / ``load_state_dict()``).
 
@@ -274,10 +271,8 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
         streams: with ``order="deterministic"``, ``K``, the canonical streams: it must divide
             ``batch_size``, and the number of ranks must divide it (default
             ``gcd(batch_size, 8)``). Up to ``K / R`` workers per rank have work.
-        **options: the pipeline options below, and DataLoader's ``pin_memory``,
-            ``pin_memory_device``, ``persistent_workers`` (default True), ``prefetch_factor``
-            (default 2), ``multiprocessing_context``, ``timeout``, ``in_order`` and
-            ``worker_init_fn``, passed to it.
+        **options: the pipeline options and the loader options below (DataLoader's
+            ``prefetch_factor`` defaults to 2 here).
 
     Example:
         >>> loader = webdataset_dataloader("ais://b/train-{000..099}.tar", decode="torchrgb",
@@ -287,11 +282,12 @@ def webdataset_dataloader(shards: Any, *, num_workers: int = 0, seed: int | None
                    seed=seed, uneven=uneven, order=order, streams=streams, **options)
 
 
-@documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)])
+@documents_options(extra=[("resampled", RESAMPLED), ("samples_per_epoch", SAMPLES_PER_EPOCH)],
+                   where=STATEFUL)
 def webdataset_stateful_loader(shards: Any, *, num_workers: int = 0, seed: int | None = None,
                                uneven: str = "drop", order: str = "fast",
                                streams: int | None = None, **options: Any
-                               ) -> ResumableLoader | OrderedLoader:
+                               ) -> ResumableLoader:
     """Returns aisio's pipeline on torchdata's ``StatefulDataLoader`` (torchdata >= 0.8).
 
     Takes the options of :func:`webdataset_dataloader` (``in_order`` with torchdata >= 0.10).

@@ -3,10 +3,13 @@
 Every front end (DataLoader2, DataLoader and StatefulDataLoader, torchdata.nodes; in either
 order) starts alike: :func:`loader_setup` checks the options (:meth:`PipelineSpec.build`), agrees
 on the shards with every other rank (:func:`agreed_shards`), shares rank 0's seed and reads this
-process's rank, and returns a :class:`LoaderSetup`. The front end builds its own plumbing from
-that (its pipe or nodes, its worker processes) and hands it back to
-:meth:`LoaderSetup.resumable` or :meth:`LoaderSetup.ordered`, which make the training loop's
-loader with what ``uneven`` asks for across ranks (stopping together, or the state exchange).
+process's rank, and returns a :class:`LoaderSetup`. It is the one place the options are
+split (the pipeline's; ``resampled``; the loader options of
+:data:`~aisio.core.pipeline.loader_options.LOADER_OPTIONS`) and the order chosen (fast,
+resampled or deterministic). The front end builds its own plumbing from that (its pipe or
+nodes, its worker processes) and hands it back to :meth:`LoaderSetup.loader`, which makes the
+training loop's loader (:class:`~aisio.core.pipeline.loop.ResumableLoader` over the chosen
+order) with what ``uneven`` asks for across ranks (stopping together, or the state exchange).
 
 The set-up is also where what the core cannot import is plugged in, never at import: it
 registers how items cross between processes (:func:`~aisio.runtime.workers.prepare_process`)
@@ -23,23 +26,26 @@ different shards get a :class:`~aisio.ConfigError` naming the difference, on eve
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, cast
 
 from aisio.core.epochs.plan import EpochPlan
 from aisio.core.epochs.progress import shard_list_id
+from aisio.core.epochs.resample import RESAMPLING, check_resampled
 from aisio.core.faults.errors import ClusterError, ConfigError
 from aisio.core.faults.policy import warn_in_user_code
 from aisio.core.order.loader import (
-    OrderedLoader,
+    DeterministicOrder,
     OrderSetup,
     check_ordered_options,
     is_deterministic,
     refuse_streams,
 )
-from aisio.core.pipeline.loop import OpenEpoch, ResumableLoader
-from aisio.core.pipeline.spec import PipelineSpec
+from aisio.core.pipeline.epoch import FastReader, ResampledReader
+from aisio.core.pipeline.loader_options import refused_by, split_loader_options, taken_by
+from aisio.core.pipeline.loop import EpochOrder, FastOrder, OpenEpoch, ResumableLoader
+from aisio.core.pipeline.spec import PipelineSpec, check_options
 from aisio.core.store.ais import AISStore
 from aisio.core.store.config import AISConfig, resolve_config
 from aisio.core.store.protocol import ObjectStore
@@ -53,6 +59,7 @@ from aisio.core.store.sources import (
     templates_of,
     unpack_refs,
 )
+from aisio.runtime.collate import stack_collate
 from aisio.runtime.dist import (
     Uneven,
     check_uneven,
@@ -65,8 +72,6 @@ from aisio.runtime.dist import (
 )
 from aisio.runtime.fetchers import check_iteration
 from aisio.runtime.workers import prepare_process
-
-_Loader = TypeVar("_Loader", ResumableLoader, OrderedLoader)
 
 
 @dataclass(frozen=True)
@@ -81,8 +86,12 @@ class LoaderSetup:
         rank: this process's rank (0 without torch.distributed).
         world: the number of ranks (1 without torch.distributed).
         uneven: ``"drop"`` or ``"keep"`` (see :data:`~aisio.runtime.dist.Uneven`).
-        deterministic: whether the loader reads in ``order="deterministic"``.
-        streams: that order's canonical streams (None: its default).
+        plan: where the training process publishes each epoch for its readers.
+        ordered: ``order="deterministic"``'s set-up (None: ``order="fast"``).
+        resampled: whether epochs are resampled (``resampled=True``).
+        samples_per_epoch: a resampled epoch's length per rank (None: endless).
+        loader_options: the options for the loader underneath (DataLoader's, as
+            :data:`~aisio.core.pipeline.loader_options.LOADER_OPTIONS` says ``where`` takes).
         checked: the shards' templates, checked against the bucket at the first epoch opened.
     """
 
@@ -93,29 +102,25 @@ class LoaderSetup:
     rank: int
     world: int
     uneven: Uneven
-    deterministic: bool = False
-    streams: int | None = None
+    plan: EpochPlan = field(default_factory=EpochPlan)
+    ordered: OrderSetup | None = None
+    resampled: bool = False
+    samples_per_epoch: int | None = None
+    loader_options: dict[str, Any] = field(default_factory=dict)
     checked: TemplateCheck = field(default_factory=lambda: TemplateCheck((), None))
 
-    def epoch_plan(self, *, shared: bool) -> EpochPlan:
-        """Returns where the training process publishes each epoch for its readers: a
-        temporary file when they run in other processes (``shared``), else in memory."""
-        return EpochPlan.temporary() if shared else EpochPlan()
+    @property
+    def deterministic(self) -> bool:
+        """Whether the loader reads in ``order="deterministic"``."""
+        return self.ordered is not None
 
-    def order(self, plan: EpochPlan) -> OrderSetup:
-        """Returns what the readers of ``order="deterministic"`` need (streams checked against
-        the batch size and the ranks), their epochs published on ``plan``."""
-        return OrderSetup.build(self.shards, self.spec, seed=self.seed, streams=self.streams,
-                                rank=self.rank, world=self.world, epochs=plan,
-                                where=self.where)
-
-    def warn_idle_readers(self, num_workers: int, order: OrderSetup | None = None) -> None:
+    def warn_idle_readers(self, num_workers: int) -> None:
         """Warns, once (when the loader is built), when the job's reading workers
         (``num_workers`` on each rank) are more than what they split: each reads whole shards
-        (``order="fast"``), or whole canonical streams (``order``, the deterministic order's
-        setup), so the ones left without any sit idle every epoch. Names the option that
-        helps."""
+        (``order="fast"``), or whole canonical streams (``order="deterministic"``), so the
+        ones left without any sit idle every epoch. Names the option that helps."""
         readers = max(1, num_workers) * self.world
+        order = self.ordered
         units, what = ((order.streams, "stream") if order is not None
                        else (len(self.shards), "shard"))
         idle = readers - units
@@ -131,33 +136,43 @@ class LoaderSetup:
             f"{idle} worker(s) will have no {what} to read and sit idle; each reads whole "
             f"{what}s: {fix}{more}")
 
-    def resumable(self, *, open_epoch: OpenEpoch, close: Callable[[], None],
-                  end_epoch: Callable[[], None] | None = None,
-                  stops_together: bool = False, resumable: bool = True) -> ResumableLoader:
-        """Returns the training loop's loader (``order="fast"``) over what ``open_epoch``
-        opens. ``stops_together``: the loader underneath already stops every rank when the
-        first runs out (DataLoader2's distributed reading service), so no check is added.
-        ``resumable=False``: its items carry no positions (``resampled=True``)."""
-        loader = ResumableLoader(self.shards, seed=self.seed,
-                                 open_epoch=self.checked.before(open_epoch),
+    def reader(self) -> Reader:
+        """Returns what each reader (a worker, or the training process) runs each epoch in the
+        order the set-up chose: ``reader.read(worker, workers)`` yields that reader's items of
+        the epoch published on :attr:`plan` (see :mod:`aisio.core.pipeline.epoch`)."""
+        if self.ordered is not None:
+            return self.ordered
+        if self.resampled:  # every reader samples from every shard
+            return ResampledReader(self.shards, self.spec, self.seed, self.plan, self.rank,
+                                   self.samples_per_epoch, stack_collate)
+        return FastReader(self.shards, self.spec, self.seed, self.plan, self.rank, self.world,
+                          stack_collate)
+
+    def loader(self, *, open_epoch: OpenEpoch, close: Callable[[], None],
+               end_epoch: Callable[[], None] | None = None,
+               collate: Callable[[list[Any]], Any] | None = None,
+               stops_together: bool = False) -> ResumableLoader:
+        """Returns the training loop's loader over what ``open_epoch`` opens, in the order the
+        set-up chose: its :class:`~aisio.core.pipeline.loop.FastOrder` (resumable unless
+        resampled) or :class:`~aisio.core.order.loader.DeterministicOrder` (whose batches
+        ``collate`` makes in the training process). ``stops_together``: the loader
+        underneath already stops every rank when the first runs out (DataLoader2's
+        distributed reading service), so no check is added."""
+        order: EpochOrder
+        if self.ordered is not None:
+            order = DeterministicOrder(self.ordered, collate=collate)
+        else:
+            order = FastOrder(self.shards, seed=self.seed, world=self.world,
+                              shuffle_shards=self.spec.shuffle_shards,
+                              resumable=not self.resampled)
+        loader = ResumableLoader(order, open_epoch=self.checked.before(open_epoch),
                                  close=close, end_epoch=end_epoch, report=self.spec.report,
-                                 timings=self.spec.times, resumable=resumable,
-                                 world=self.world, shuffle_shards=self.spec.shuffle_shards,
+                                 timings=self.spec.times,
                                  sync=None if stops_together else drop_sync(self.uneven))
         return _plugged(loader)
 
-    def ordered(self, order: OrderSetup, *, open_epoch: OpenEpoch,
-                collate: Callable[[list[Any]], Any] | None, close: Callable[[], None],
-                end_epoch: Callable[[], None] | None = None) -> OrderedLoader:
-        """Returns the training loop's loader in ``order="deterministic"``: the readers'
-        packs that ``open_epoch`` opens, put in order and collated with ``collate``."""
-        loader = OrderedLoader(order, open_epoch=self.checked.before(open_epoch),
-                               collate=collate, close=close,
-                               end_epoch=end_epoch, sync=drop_sync(self.uneven))
-        return _plugged(loader)
 
-
-def _plugged(loader: _Loader) -> _Loader:
+def _plugged(loader: ResumableLoader) -> ResumableLoader:
     """Returns ``loader`` with what the core cannot import passed in: the state of every rank
     (``torch.distributed``, :func:`~aisio.runtime.dist.gather_state`), the check that a
     trainer which fetches ahead is followed (:func:`~aisio.runtime.fetchers.check_iteration`),
@@ -167,18 +182,33 @@ def _plugged(loader: _Loader) -> _Loader:
     return with_exchange(loader)
 
 
-def loader_setup(where: str, shards: Any, options: Mapping[str, Any], *, seed: int | None,
+def loader_setup(where: str, shards: Any, options: dict[str, Any], *, seed: int | None,
                  uneven: str, order: str = "fast", streams: int | None = None,
-                 resampled: bool = False) -> LoaderSetup:
-    """Returns the set-up of the loader ``where`` builds: ``options`` (the pipeline options
-    alone) checked, the shards agreed by every rank, rank 0's seed, this rank. A collective
-    under torch.distributed: every rank builds its loaders in the same order.
+                 workers: int | None = None, shared: bool = False,
+                 check: Callable[[dict[str, Any]], None] | None = None) -> LoaderSetup:
+    """Returns the set-up of the loader ``where`` builds, the one place its options are split
+    and its order chosen: ``options`` checked (the pipeline's, ``resampled`` and
+    ``samples_per_epoch``, and the loader options ``where`` takes, which are taken out of
+    ``options`` into ``loader_options``), the shards agreed by every rank, rank 0's seed,
+    this rank, the epoch plan (a temporary file its worker processes share when ``shared``)
+    and, in ``order="deterministic"``, that order's set-up. With ``workers`` (the reading
+    worker processes of each rank), warns when some would sit idle. ``check`` looks at the
+    loader options first, before any I/O (raising what the front end refuses). A collective under
+    torch.distributed: every rank builds its loaders in the same order.
 
     Raises:
         ConfigError: an option is refused (``order="deterministic"`` with one it cannot honour,
             ``streams`` without it), or the ranks were given different shards.
         ValueError: ``uneven`` or an option is out of range.
     """
+    check_options(options, where=where, known=(*taken_by(where), *RESAMPLING),
+                  refused=refused_by(where))
+    resampled = bool(options.pop("resampled", False))
+    samples_per_epoch = options.pop("samples_per_epoch", None)
+    check_resampled(resampled, samples_per_epoch)
+    loader_options = split_loader_options(options, where)
+    if check is not None:
+        check(loader_options)
     check_uneven(uneven)
     prepare_process()  # before any worker starts: forked ones inherit it
     deterministic = is_deterministic(order, where)
@@ -187,11 +217,19 @@ def loader_setup(where: str, shards: Any, options: Mapping[str, Any], *, seed: i
     else:
         refuse_streams(streams, where)
     spec = PipelineSpec.build(**options)
-    refs = agreed_shards(shards, spec.config, store=spec.store)
+    refs = tuple(agreed_shards(shards, spec.config, store=spec.store))
     rank, world = rank_and_world()
-    return LoaderSetup(where, spec, tuple(refs), shared_seed(seed), rank, world,
-                       cast(Uneven, uneven), deterministic, streams,
-                       TemplateCheck(templates_of(resolve(shards)), spec.config, spec.store))
+    seed = shared_seed(seed)
+    plan = EpochPlan.temporary() if shared else EpochPlan()
+    ordered = (OrderSetup.build(refs, spec, seed=seed, streams=streams, rank=rank,
+                                world=world, epochs=plan, where=where)
+               if deterministic else None)
+    setup = LoaderSetup(where, spec, refs, seed, rank, world, cast(Uneven, uneven), plan,
+                        ordered, resampled, samples_per_epoch, loader_options,
+                        TemplateCheck(templates_of(resolve(shards)), spec.config, spec.store))
+    if workers is not None and not resampled:  # resampled: every reader reads every shard
+        setup.warn_idle_readers(workers)
+    return setup
 
 
 class TemplateCheck:
@@ -268,6 +306,12 @@ def _lister(config: AISConfig | None, store: ObjectStore | None
         return shard_list(sources, _store(config, store) if listing else None)
 
     return shards
+
+
+class Reader(Protocol):
+    """What one reader of a loader runs each epoch (:mod:`aisio.core.pipeline.epoch`)."""
+
+    def read(self, worker: int = 0, workers: int = 1) -> Iterator[Any]: ...
 
 
 class Ranks(Protocol):

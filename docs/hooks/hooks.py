@@ -4,6 +4,8 @@
   docstring (``<!-- aisio:layers -->``), and one API page per part (the nav's "Parts").
 - The error tree, from the exception classes themselves (``<!-- aisio:error-tree -->``); the
   tree drawn in ``aisio/core/faults/errors.py``'s docstring is held to the same classes.
+- The loaders' options, from their one table
+  (:data:`aisio.core.pipeline.loader_options.LOADER_OPTIONS`, ``<!-- aisio:loader-options -->``).
 - The benchmark log (``benchmarks/README.md`` and its results) and ``CHANGELOG.md``, served
   from where they live in the repository.
 - Checks, as build warnings (``mkdocs build --strict`` fails on them): every environment
@@ -113,6 +115,10 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
     if "<!-- aisio:error-tree -->" in markdown:
         markdown = markdown.replace("<!-- aisio:error-tree -->", error_tree())
         check_docstring_tree()
+    if "<!-- aisio:loader-options -->" in markdown:
+        from aisio.core.pipeline.loader_options import options_table
+
+        markdown = markdown.replace("<!-- aisio:loader-options -->", options_table())
     if page.file.src_uri == "reference/environment.md":
         for name in sorted(environment_variables() - set(re.findall(r"`(\w+)`", markdown))):
             log.warning(f"aisio reads {name} but {page.file.src_uri} does not name it")

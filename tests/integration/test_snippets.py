@@ -106,13 +106,11 @@ def test_the_snippet_runs(snippet: Snippet, docs_bucket: Bucket, ais_endpoint: s
         # shut down): the next snippet's workers should not share the cores with them.
         import gc
 
-        from aisio.core.order.loader import OrderedLoader
-
         with warnings.catch_warnings():
             # type(), not isinstance: the latter reads __class__, which some objects in the
             # heap warn on (torch.distributed's deprecated reduce_op)
             warnings.simplefilter("ignore")
             loaders = [value for value in gc.get_objects()
-                       if issubclass(type(value), (aisio.ResumableLoader, OrderedLoader))]
+                       if issubclass(type(value), aisio.ResumableLoader)]
         for value in loaders:
             value.shutdown()

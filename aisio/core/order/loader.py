@@ -9,9 +9,10 @@ design in
   is what one reader (a worker, or the training process) iterates each epoch: the chunks of its
   streams, a pack per group of rounds, for the epoch the training process published on its
   :class:`~aisio.core.epochs.plan.EpochPlan` (so that workers live across epochs).
-* :class:`OrderedLoader` is the training side every front end shares, with the surface of
-  :class:`~aisio.core.pipeline.loop.ResumableLoader`: each ``iter()`` is an epoch of the rank's
-  batches, put back in order by a :class:`~aisio.core.order.reorder.Reorderer`, collated here.
+* :class:`DeterministicOrder` is the training side: the backend of the one loader class,
+  :class:`~aisio.core.pipeline.loop.ResumableLoader`, in this order: each ``iter()`` is an
+  epoch of the rank's batches, put back in order by a
+  :class:`~aisio.core.order.reorder.Reorderer`, collated here.
 
 Framework-free: the front end passes its loader (``open_epoch``) and its collate.
 """
@@ -24,12 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from aisio.core.epochs.plan import EpochPlan
-from aisio.core.epochs.received import FollowsTrainer, Received
-from aisio.core.faults.errors import AISIOError, ConfigError, StateMismatchError, WorkerTraceback
-from aisio.core.faults.policy import SKIPPED, check_epoch, warn_in_user_code
+from aisio.core.faults.errors import AISIOError, ConfigError, StateMismatchError
+from aisio.core.faults.policy import SKIPPED, warn_in_user_code
 from aisio.core.order.reader import Chunk, reader_rounds, reorder_window, rounds_per_item
 from aisio.core.order.reorder import Reorderer
 from aisio.core.order.streams import OrderPlan, check_order_state, merge_order_states
+from aisio.core.pipeline.loop import NOTHING, raise_failure
 from aisio.core.pipeline.spec import PipelineSpec
 from aisio.core.store.sources import ObjectRef
 from aisio.core.transport.delivery import Failure, ship_errors
@@ -181,6 +182,11 @@ class OrderSetup:
             plan, streams, fetcher.open, state=state, policy=fetcher.policy,
             stage=self.spec.stage() if stage else None, group=group))
 
+    def read(self, worker: int = 0, workers: int = 1) -> Iterator[Any]:
+        """Same as :meth:`rounds` (what every reader of :mod:`aisio.core.pipeline.epoch`
+        has)."""
+        return self.rounds(worker, workers)
+
     def stage_pack(self, pack: Any) -> Any:
         """Applies the per-sample stage to a pack of chunks from ``rounds(stage=False)``; an
         aisio error becomes a :class:`~aisio.core.transport.delivery.Failure`."""
@@ -195,140 +201,47 @@ class OrderSetup:
         return pack
 
 
-OpenEpoch = Callable[[int, "dict[str, Any] | None"], Iterable[Any]]
-
-
-class OrderedLoader(FollowsTrainer):
-    """Iterates epochs of the deterministic order: each ``iter()`` yields this rank's batches.
-
-    The same surface as :class:`~aisio.core.pipeline.loop.ResumableLoader` (``epoch``,
-    ``set_epoch``,
-    ``state_dict``, ``load_state_dict``, ``close``/``shutdown``, ``report``, ``timings``).
-    Rank ``r`` of ``R`` yields its ``G/R`` part of each global batch (smaller in the last
-    rounds, when streams have run out).
+class DeterministicOrder:
+    """The deterministic order as a :class:`~aisio.core.pipeline.loop.ResumableLoader`'s
+    backend: each epoch yields this rank's batches, the readers' packs put back in order by a
+    :class:`~aisio.core.order.reorder.Reorderer` and collated here. Rank ``r`` of ``R`` yields
+    its ``G/R`` part of each global batch (smaller in the last rounds, when streams have run
+    out).
 
     Args:
         setup: the rank's :class:`OrderSetup`.
-        open_epoch: ``(epoch, state or None) -> iterable of packs`` (lists of chunks) from
-            every reader of the rank; it publishes the epoch to the readers.
         collate: makes a batch of a list of samples (None: the list as it is).
-        close: stops the loader's worker processes, if any.
-        end_epoch: what ends with each epoch, if any.
-        sync: with ``uneven="drop"`` across ranks: ``sync(have_batch) -> all ranks have one``.
         window: the most items (groups of rounds, :func:`rounds_per_item`) that may wait for
             an earlier one.
     """
 
-    def __init__(self, setup: OrderSetup, *, open_epoch: OpenEpoch,
-                 collate: Callable[[list[Any]], Any] | None = None,
-                 close: Callable[[], None] | None = None,
-                 end_epoch: Callable[[], None] | None = None,
-                 sync: Callable[[bool], bool] | None = None, window: int = 64) -> None:
+    resumable = True
+
+    def __init__(self, setup: OrderSetup, *, collate: Callable[[list[Any]], Any] | None = None,
+                 window: int = 64) -> None:
         self.setup = setup
         self.shards = list(setup.shards)
         self.seed = setup.seed
-        self.epoch = 0
-        self.report = setup.spec.report
-        #: per-stage times with ``timings=True``, of the current (or last) epoch
-        self.timings = setup.spec.times
-        self.resumable = True
-        self._open_epoch = open_epoch
-        self._collate = collate
-        self._close = close
-        self._end_epoch = end_epoch
-        self._sync = sync
+        self.collate = collate
         plan = setup.plan(0)
-        self._window = reorder_window(plan, plan.rank_streams(setup.rank, setup.world), window)
-        self._resume: dict[str, Any] | None = None
-        self._reorderer: Reorderer | None = None
-        #: what counts as received: each batch as it is yielded, or as a trainer trains on it
-        self.received = Received()
-        #: the underlying loader, kept across epochs
-        self.current: Any = None
-        #: called with ``(epoch, state)`` when this rank has received all of its share
-        self.on_finish: Callable[[int, dict[str, Any]], None] | None = None
+        self.window = reorder_window(plan, plan.rank_streams(setup.rank, setup.world), window)
 
-    def set_epoch(self, epoch: int) -> None:
-        """Makes the next iteration epoch ``epoch`` (from its start)."""
-        with self.received.lock:
-            self.epoch, self._resume, self._reorderer = epoch, None, None
-
-    def __iter__(self) -> Iterator[Any]:
-        if self.check_iteration is not None:  # a trainer that fetches ahead, unfollowed
-            self.check_iteration(self)
-        epoch, state = self.epoch, self._resume
-        if state is not None and state.get("epoch") != epoch:
-            state = None
+    def start(self, epoch: int, resume: dict[str, Any] | None) -> _OrderedEpoch:
+        if resume is not None and resume.get("epoch") != epoch:
+            resume = None
         setup = self.setup
-        reorderer = Reorderer(setup.plan(epoch), setup.rank, setup.world, state=state,
-                              window=self._window)
-        received = self.received
-        with received.lock:
-            self._resume, self._reorderer = None, reorderer
-            received.start()
-        skipped_before = len(self.report) if self.report is not None else 0
-        if self.timings is not None:
-            self.timings.reset()
-        self.current = self._open_epoch(epoch, state)
-        rounds = reorderer.rounds(_packs(self.current))
-        yielded, finished = 0, False
-        try:
-            while True:
-                batch, receive = next(rounds, (None, _nothing))
-                while batch is not None and not batch:  # nothing of this rank in the round
-                    received.add(receive, batch=False)
-                    batch, receive = next(rounds, (None, _nothing))
-                if self._sync is not None and not self._sync(batch is not None):
-                    break  # uneven="drop": a rank ran out, every rank stops here
-                if batch is None:
-                    finished = True
-                    break
-                values = [value for value in batch if value is not SKIPPED]
-                if not values:  # every sample of the round was skipped (on_error)
-                    received.add(receive, batch=False)
-                    continue
-                received.add(receive)
-                yielded += 1
-                yield self._collate(values) if self._collate is not None else values
-        finally:
-            if self._end_epoch is not None:
-                self._end_epoch()
-        received.flush()  # the epoch is over: a trainer has what it fetched
-        if finished and self.on_finish is not None:
-            self.on_finish(epoch, reorderer.state_dict())
-        with received.lock:
-            self.epoch, self._reorderer = epoch + 1, None
-        check_epoch(yielded, self.report, skipped_before=skipped_before)
+        reorderer = Reorderer(setup.plan(epoch), setup.rank, setup.world, state=resume,
+                              window=self.window)
+        return _OrderedEpoch(reorderer, resume, self.collate)
 
-    def position(self) -> tuple[int, int]:
-        """Returns ``(epoch, batches)`` of :meth:`local_state_dict` (see
-        :meth:`~aisio.core.epochs.received.FollowsTrainer.position`)."""
-        return (self.epoch, self.received.counted if self._reorderer is not None else 0)
-
-    def local_state_dict(self) -> dict[str, Any]:
-        """Returns what this rank's training loop received (or trained on, under a trainer
-        integration), never gathered over the ranks: its streams (merge every rank's with
-        :func:`aisio.gather_state`, or pass the list to :meth:`load_state_dict`). Between
-        epochs: the start of the next one."""
-        if self._reorderer is not None:
-            return self._reorderer.state_dict()
+    def state_at(self, epoch: int, loaded: dict[str, Any] | None) -> dict[str, Any]:
         setup = self.setup
-        fresh = Reorderer(setup.plan(self.epoch), setup.rank, setup.world).state_dict()
-        if self._resume is not None:  # loaded, not started: this rank's streams of it
-            fresh["state"] = {k: self._resume["state"][k] for k in fresh["state"]}
+        fresh = Reorderer(setup.plan(epoch), setup.rank, setup.world).state_dict()
+        if loaded is not None:  # loaded, not started: this rank's streams of it
+            fresh["state"] = {k: loaded["state"][k] for k in fresh["state"]}
         return fresh
 
-    def load_state_dict(self, state: dict[str, Any] | Sequence[dict[str, Any]]) -> None:
-        """Makes the next iteration continue the saved epoch with exactly the batches the
-        uninterrupted run would have yielded next, on any number of workers and ranks.
-
-        Args:
-            state: a state from :meth:`state_dict` (merged over the ranks), or every rank's.
-
-        Raises:
-            StateMismatchError: the state is of another run or plan (seed, shards, streams,
-                batch size, buffer), a fast-order state, or lacks a rank's part.
-        """
+    def checked(self, state: dict[str, Any] | Sequence[dict[str, Any]]) -> dict[str, Any]:
         if not isinstance(state, dict):
             state = merge_order_states(list(state))
         epoch = state.get("epoch")
@@ -337,37 +250,46 @@ class OrderedLoader(FollowsTrainer):
                 "this is not an aisio deterministic-order state (it names no epoch); pass what "
                 "the loader's state_dict() returned with order=\"deterministic\"")
         check_order_state(state, self.setup.plan(epoch))
-        with self.received.lock:
-            self.epoch, self._resume, self._reorderer = epoch, state, None
+        return state
 
-    def close(self) -> None:
-        """Stops the loader's worker processes (the next epoch starts them again)."""
-        if self._close is not None:
-            self._close()
-
-    def shutdown(self) -> None:
-        """Same as :meth:`close` (the DataLoader2 spelling)."""
-        self.close()
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}({len(self.shards)} shards, epoch {self.epoch}, "
-                f"seed {self.seed}, {self.setup.streams} streams, batch {self.setup.batch})")
+    def describe(self) -> str:
+        return f", {self.setup.streams} streams, batch {self.setup.batch}"
 
 
-def _nothing() -> None:
-    """The record of the end of the epoch."""
+class _OrderedEpoch:
+    """An epoch of :class:`DeterministicOrder`: the rank's rounds, in order, as batches."""
+
+    def __init__(self, reorderer: Reorderer, resume: dict[str, Any] | None,
+                 collate: Callable[[list[Any]], Any] | None) -> None:
+        self.reorderer = reorderer
+        self.resume = resume
+        self.collate = collate
+
+    def batches(self, items: Iterable[Any]) -> Iterator[tuple[Any, Callable[[], None]]]:
+        collate = self.collate
+        for batch, receive in self.reorderer.rounds(_packs(items)):
+            # a round with none of this rank's samples, or all of them skipped (on_error)
+            values = [value for value in batch if value is not SKIPPED]
+            if not values:
+                yield NOTHING, receive
+                continue
+            yield (collate(values) if collate is not None else values), receive
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.reorderer.state_dict()
+
+    def held(self) -> int | None:
+        return None  # (the deterministic order does not count what a stop drops)
 
 
 def _packs(items: Iterable[Any]) -> Iterator[list[Chunk]]:
     """Yields the readers' packs; a :class:`Failure` raises its error here."""
     for item in items:
         if isinstance(item, Failure):
-            if item.traceback is None:
-                raise item.error
-            raise item.error from WorkerTraceback(item.traceback)
+            raise_failure(item)
         yield item
 
 
-__all__ = ["ORDERS", "STREAMS_CAP", "OrderSetup", "OrderedLoader", "check_ordered_options",
+__all__ = ["ORDERS", "STREAMS_CAP", "DeterministicOrder", "OrderSetup", "check_ordered_options",
            "default_streams", "uneven_streams",
            "is_deterministic", "refuse_streams"]

@@ -1,5 +1,6 @@
-"""The default (``order="fast"``) pipeline: its options, checked once (:mod:`.spec`); reading
-objects (:mod:`.fetch`); shards to samples under the error policy (:mod:`.parse`); per-sample
-decode and tuples (:mod:`.stages`); and the training-side loop every loader shares
-(:mod:`.loop`).
+"""The default (``order="fast"``) pipeline: its options, checked once (:mod:`.spec`), and the
+loaders' own (:mod:`.loader_options`); reading objects (:mod:`.fetch`); shards to samples under
+the error policy (:mod:`.parse`); per-sample decode and tuples (:mod:`.stages`); one reader's
+epoch, shard tasks to deliveries (:mod:`.epoch`); and the one loader class, the training-side
+loop every loader shares in either order (:mod:`.loop`).
 """

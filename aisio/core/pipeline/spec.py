@@ -23,6 +23,7 @@ from aisio.core.faults.report import ErrorReport
 from aisio.core.format.decode import Decoder, field_names
 from aisio.core.format.runs import RunPlan
 from aisio.core.pipeline.fetch import Fetcher
+from aisio.core.pipeline.loader_options import LOADER_OPTIONS, loader_options_doc
 from aisio.core.pipeline.stages import SampleStage
 from aisio.core.store.cache import ShardCache
 from aisio.core.store.config import AISConfig, resolve_config
@@ -224,11 +225,6 @@ def check_map(fn: Any) -> Callable[[Any], Any] | None:
     return fn
 
 
-#: Options of torch's ``DataLoader`` that a trainer sets; each loader takes the ones it has (see
-#: its ``loader_options``) and refuses the others by name.
-LOADER_OPTIONS = ("drop_last", "in_order", "multiprocessing_context", "persistent_workers",
-                  "pin_memory", "pin_memory_device", "prefetch_factor", "timeout")
-
 #: webdataset's handlers, by name, and the ``on_error`` policy that does the same.
 _HANDLERS = {"reraise_exception": "raise", "warn_and_continue": "warn",
              "ignore_and_continue": "skip"}
@@ -322,12 +318,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def documents_options(*, exclude: Sequence[str] = (), extra: Iterable[tuple[str, str]] = (),
-                      signature: bool = False, loader: bool = True) -> Callable[[F], F]:
+                      signature: bool = False, loader: bool = True,
+                      where: str | None = None) -> Callable[[F], F]:
     """Appends the pipeline options (:func:`options_doc`) to an entry point's docstring, so
     that ``help(aisio.webdataset_dataloader)`` shows every option it takes, not a pointer, and
     the ConfigError it raises (a ``loader``'s set-up also raises it for ranks given other
-    shards); with ``signature``, also gives it :func:`options_signature` (for an entry point
-    whose ``**options`` are the pipeline options alone)."""
+    shards); with ``where`` (a one-call loader's name), also its loader options, from their
+    table (:data:`~aisio.core.pipeline.loader_options.LOADER_OPTIONS`); with ``signature``,
+    also gives it :func:`options_signature` (for an entry point whose ``**options`` are the
+    pipeline options alone)."""
     ranks = ("; or, under torch.distributed, ranks given other shards than rank 0"
              if loader else "")
     raises = textwrap.fill(
@@ -335,10 +334,14 @@ def documents_options(*, exclude: Sequence[str] = (), extra: Iterable[tuple[str,
         f"spellings get aisio's){ranks}.", width=_DOC_WIDTH, initial_indent=" " * 8,
         subsequent_indent=" " * 12, break_on_hyphens=False)
 
+    passed = ("" if where is None else "\n\n    Loader options (DataLoader's, by keyword):\n"
+              + loader_options_doc(where, width=_DOC_WIDTH))
+
     def document(fn: F) -> F:
         fn.__doc__ = (f"{(fn.__doc__ or '').rstrip()}\n\n    Pipeline options (by keyword, "
                       f"the same for every loader):\n"
-                      f"{options_doc(exclude=exclude, extra=extra)}\n\n    Raises:\n{raises}\n")
+                      f"{options_doc(exclude=exclude, extra=extra)}{passed}\n\n"
+                      f"    Raises:\n{raises}\n")
         if signature:
             fn.__signature__ = options_signature(fn)  # type: ignore[attr-defined]
         return fn

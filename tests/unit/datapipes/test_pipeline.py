@@ -3,6 +3,8 @@ tests/integration/datapipes/test_pipeline.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from aisio.datapipes.pipeline import ResampledShards
@@ -18,23 +20,40 @@ def test_resampled_shards_takes_one_template_string() -> None:
         ResampledShards(b"ais://b/one.tar")  # type: ignore[arg-type]
 
 
-def test_epoch_shuffle_runs_outside_torchs_hook_and_still_invalidates_an_old_iterator() -> None:
-    """EpochShuffle yields samples without torch's per-item wrapper (its cost is the price of a
-    2 KiB sample's parse); an iterator that a new iter() replaced still stops, at its source's
-    next shard."""
-    from aisio.core.epochs.plan import EpochPlan
-    from aisio.datapipes.pipeline import EpochShuffle
-    from aisio.datapipes.pipes import WebDatasetParser
-    from tests.unit.core.format.test_samples_against_tarfile import _Shards
+class _Counting:
+    """A reader (see aisio.core.pipeline.epoch) of the items 0..9, every N-th for worker w."""
 
-    assert "__iter__" not in vars(EpochShuffle) and "__iter__" not in vars(WebDatasetParser)
-    pipe = EpochShuffle(WebDatasetParser(_Shards()), 1, plan=EpochPlan(), seed=0, rank=0)
+    def read(self, worker: int = 0, workers: int = 1) -> Iterator[int]:
+        return iter(range(worker, 10, workers))
+
+
+def test_the_reader_pipe_runs_outside_torchs_hook_and_still_invalidates_an_old_iterator(
+) -> None:
+    """The one-call loaders' DataPipe (the core's reader as one DataPipe) yields without
+    torch's per-item wrapper; an iterator that a new iter() replaced still stops."""
+    from aisio.datapipes.pipeline import ReaderPipe
+    from aisio.datapipes.pipes import WebDatasetParser
+
+    assert "__iter__" not in vars(ReaderPipe) and "__iter__" not in vars(WebDatasetParser)
+    pipe = ReaderPipe(_Counting(), world=2)
     first = iter(pipe)
-    assert next(first)["__key__"] == "a"
-    assert sorted(s["__key__"] for s in pipe) == ["a", "b", "c"]
+    assert next(first) == 0
+    assert list(pipe) == list(range(10))
     with pytest.raises(RuntimeError, match="invalidated"):
         list(first)
-    # shuffled through a buffer: a bigger one reorders, the same seed and epoch repeat
-    big = EpochShuffle(WebDatasetParser(_Shards()), 3, plan=EpochPlan(), seed=0, rank=0)
-    orders = {tuple(s["__key__"] for s in big) for _ in range(2)}
-    assert len(orders) == 1 and sorted(next(iter(orders))) == ["a", "b", "c"]
+
+
+def test_the_reader_pipe_reads_as_the_worker_the_loaders_sharding_names() -> None:
+    from torch.utils.data.datapipes.iter.sharding import SHARDING_PRIORITIES
+
+    from aisio.datapipes.pipeline import ReaderPipe
+
+    pipe = ReaderPipe(_Counting(), world=2)
+    pipe.apply_sharding(4, 3)  # torch's DataLoader: N x R instances, w x R + rank
+    assert list(pipe) == [1, 3, 5, 7, 9]  # worker 1 of 2
+    pipe.apply_sharding(2, 1, SHARDING_PRIORITIES.DISTRIBUTED)  # the reader deals the ranks
+    assert list(pipe) == [1, 3, 5, 7, 9]
+    pipe.apply_sharding(3, 0, SHARDING_PRIORITIES.MULTIPROCESSING)  # DataLoader2's workers
+    assert list(pipe) == [0, 3, 6, 9]
+    with pytest.raises(ValueError, match=r"after torch\.distributed"):
+        pipe.apply_sharding(3, 0)

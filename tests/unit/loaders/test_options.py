@@ -7,12 +7,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import aisio
 from aisio.core.faults.policy import SKIPPED
+from aisio.core.pipeline.loader_options import LOADER_OPTIONS
 from aisio.core.pipeline.spec import PipelineOptions, PipelineSpec, pipeline_options
 from tests.conftest import HAS_DATALOADER2, LOADERS
 
@@ -75,7 +77,7 @@ def test_drop_last_needs_a_batch_size() -> None:
 
 
 def test_drop_last_turns_the_short_batch_into_positions_only() -> None:
-    from aisio.datapipes.pipeline import drop_last
+    from aisio.core.pipeline.epoch import drop_last
 
     triples = [(i, ("p", i), "v") for i in range(8)]
     triples[2] = (SKIPPED, ("p", 2), "v")
@@ -120,7 +122,7 @@ def test_the_order_options_answer_back(kind: str, options: dict[str, Any], match
 def test_the_deterministic_order_takes_the_global_batch(kind: str) -> None:
     loader = LOADERS[kind](SHARDS, url=ENDPOINT, order="deterministic", batch_size=12, seed=1)
     try:
-        assert loader.setup.streams == 2  # the largest divisor of 12 up to 8 and the 2 shards
+        assert loader.order.setup.streams == 2  # the largest divisor of 12 up to 8 and the 2 shards
         assert loader.state_dict()["batch"] == 12
     finally:
         loader.shutdown()
@@ -133,7 +135,7 @@ def test_the_default_streams_leave_no_stream_without_a_shard(kind: str) -> None:
     five = [f"ais://b/s-{i}.tar" for i in range(5)]
     loader = LOADERS[kind](five, url=ENDPOINT, order="deterministic", batch_size=16, seed=1)
     try:
-        assert loader.setup.streams == 4
+        assert loader.order.setup.streams == 4
     finally:
         loader.shutdown()
 
@@ -235,3 +237,53 @@ def test_a_loader_refuses_streams_its_ranks_cannot_share(name: str,
     with pytest.raises(aisio.ConfigError, match=r"2 ranks cannot share streams=3"):
         make(ORDERED_SHARDS, url="http://127.0.0.1:9", order="deterministic", batch_size=6,
              streams=3)
+
+
+# -- the loader options, one table (aisio.core.pipeline.loader_options) ------------------------
+
+def _kind(where: str) -> str:
+    """Returns the LOADERS name of entry point ``where``."""
+    return {"webdataset_loader": "dataloader2", "webdataset_dataloader": "dataloader",
+            "webdataset_stateful_loader": "stateful", "webdataset_node_loader": "nodes"}[where]
+
+
+_REFUSALS = [(where, name) for name, option in LOADER_OPTIONS.items() for where in option.refused]
+
+
+@pytest.mark.parametrize(("where", "name"), _REFUSALS)
+def test_each_loader_refuses_by_name_what_the_table_says_it_refuses(where: str,
+                                                                  name: str) -> None:
+    if _kind(where) not in LOADERS:
+        pytest.skip(f"{where} needs another torchdata")
+    why = LOADER_OPTIONS[name].refused[where]
+    with pytest.raises(aisio.ConfigError, match=re.escape(f"cannot honour {name}=: {why}")):
+        LOADERS[_kind(where)](SHARDS, url=ENDPOINT, num_workers=1, **{name: True})
+
+
+@pytest.mark.parametrize("kind", sorted(LOADERS))
+@pytest.mark.parametrize("order", ["fast", "deterministic"])
+def test_every_loader_returns_the_one_public_loader_class_in_either_order(kind: str,
+                                                                         order: str) -> None:
+    loader = LOADERS[kind](SHARDS, url=ENDPOINT, order=order, batch_size=4, seed=1)
+    try:
+        assert type(loader) is aisio.ResumableLoader and "ResumableLoader" in aisio.__all__
+        assert loader.state_dict()["epoch"] == 0
+    finally:
+        loader.shutdown()
+
+
+def test_the_docs_table_of_loader_options_is_drawn_from_the_table() -> None:
+    """The guide's table and each loader's docstring say what the one table says."""
+    from aisio.core.pipeline.loader_options import FRONT_ENDS, loader_options_doc, options_table
+
+    for where in FRONT_ENDS:
+        doc = getattr(aisio, where).__doc__ or ""
+        if "needs torchdata < 0.10" in doc.splitlines()[0]:
+            continue  # the stand-in for DataLoader2's loader (torchdata >= 0.10)
+        assert " ".join(loader_options_doc(where).split()) in " ".join(doc.split()), where
+
+    table = options_table()
+    assert len(table.splitlines()) == 2 + len(LOADER_OPTIONS)
+    assert "| `timeout` | yes | yes | refused by name | refused by name |" in table
+    guide = (Path(__file__).parents[3] / "docs" / "guide" / "loaders.md").read_text()
+    assert "<!-- aisio:loader-options -->" in guide

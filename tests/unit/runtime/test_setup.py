@@ -25,7 +25,7 @@ print("imported:", registered())
 setup = loader_setup("t", "ais://b/s-{0..1}.tar", {"endpoint": "http://127.0.0.1:9"}, seed=1,
                      uneven="drop")
 print("set up:", registered())
-loader = setup.resumable(open_epoch=lambda epoch, state: [], close=lambda: None)
+loader = setup.loader(open_epoch=lambda epoch, state: [], close=lambda: None)
 print("plugged:", loader.gather_over_ranks is dist.gather_state,
       loader.check_iteration is fetchers.check_iteration)
 """

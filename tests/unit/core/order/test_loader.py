@@ -1,10 +1,11 @@
-"""Tests for aisio.core.order.loader: OrderedLoader and OrderSetup, no framework, no cluster.
+"""Tests for aisio.core.order.loader: DeterministicOrder (under the one loader class,
+ResumableLoader) and OrderSetup, no framework, no cluster.
 
 The readers are the real ones (:func:`~aisio.core.order.reader.reader_rounds`) over shards held
 in memory (``Store`` of tests/unit/core/order/test_streams.py); a "front end" is the function
 ``open_epoch(epoch, state)`` that publishes the epoch and hands out its readers' packs,
 interleaved like a loader's workers (round robin, or at random keeping each worker's order).
-OrderedLoader must yield the same batches whatever the workers and the interleaving, and
+The loader must yield the same batches whatever the workers and the interleaving, and
 resume from its state with exactly the batches the uninterrupted run yields next.
 """
 
@@ -23,7 +24,7 @@ import aisio
 from aisio.core.epochs.plan import EpochPlan
 from aisio.core.faults.policy import SKIPPED
 from aisio.core.order.loader import (
-    OrderedLoader,
+    DeterministicOrder,
     OrderSetup,
     check_ordered_options,
     default_streams,
@@ -31,6 +32,7 @@ from aisio.core.order.loader import (
     refuse_streams,
 )
 from aisio.core.order.reader import Chunk, reader_rounds, rounds_per_item
+from aisio.core.pipeline.loop import ResumableLoader
 from aisio.core.pipeline.spec import PipelineSpec
 from aisio.core.transport.delivery import Failure
 from tests.unit.core.order.test_streams import Store, interleave
@@ -41,8 +43,8 @@ SEED = 11
 
 def ordered(store: Store, *, workers: int = 2, rank: int = 0, world: int = 1, batch: int = 8,
             streams: int | None = 4, buffer: int = 3, shuffle: int | None = None,
-            stage: Any = None, collate: Any = None) -> OrderedLoader:
-    """Returns an OrderedLoader over ``store`` whose readers run in this process."""
+            stage: Any = None, collate: Any = None) -> ResumableLoader:
+    """Returns a deterministic-order loader over ``store`` whose readers run in this process."""
     spec = PipelineSpec.build(endpoint="http://127.0.0.1:9", batch_size=batch,
                               shuffle_buffer=buffer)
     setup = OrderSetup.build(store.refs, spec, seed=SEED, streams=streams, rank=rank,
@@ -59,7 +61,8 @@ def ordered(store: Store, *, workers: int = 2, rank: int = 0, world: int = 1, ba
                    for w in range(max(workers, 1))]
         return interleave(readers, rng)
 
-    return OrderedLoader(setup, open_epoch=open_epoch, collate=collate)
+    return ResumableLoader(DeterministicOrder(setup, collate=collate), open_epoch=open_epoch,
+                           report=spec.report, timings=spec.times)
 
 
 def keys(batches: list[list[dict[str, Any]]]) -> list[list[str]]:
@@ -269,7 +272,7 @@ def test_a_reader_that_fails_ends_its_rounds_with_the_failure() -> None:
 
 
 def test_a_front_end_over_the_setups_rounds_resumes_where_it_stopped() -> None:
-    def loader(workers: int) -> OrderedLoader:
+    def loader(workers: int) -> ResumableLoader:
         spec = PipelineSpec.build(store=STORE.memory(), batch_size=8, shuffle_buffer=3)
         setup = OrderSetup.build(STORE.refs, spec, seed=SEED, streams=4, rank=0, world=1,
                                  epochs=EpochPlan(), where="test")
@@ -278,7 +281,8 @@ def test_a_front_end_over_the_setups_rounds_resumes_where_it_stopped() -> None:
             setup.epochs.publish(epoch, state)  # as a front end does before its workers read
             return interleave([setup.rounds(w, workers) for w in range(workers)], None)
 
-        return OrderedLoader(setup, open_epoch=open_epoch)
+        return ResumableLoader(DeterministicOrder(setup), open_epoch=open_epoch,
+                               report=spec.report)
 
     assert keys(list(loader(2))) == WHOLE
     run = loader(2)

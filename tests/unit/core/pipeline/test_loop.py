@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import aisio
 from aisio.core.epochs.progress import epoch_tasks
-from aisio.core.pipeline.loop import ResumableLoader
+from aisio.core.pipeline.loop import FastOrder, ResumableLoader
 from aisio.core.store.sources import ObjectRef
 from aisio.core.store.urls import AISPath, Bucket
 from aisio.core.transport.delivery import Delivery, Failure
@@ -62,7 +62,7 @@ def open_epoch(seed: int = 7, *, rank: int = 0, world: int = 1, batch: int = 2,
 
 def loader(**options: Any) -> ResumableLoader:
     seed = options.pop("seed", 7)
-    return ResumableLoader(SHARDS, seed=seed, open_epoch=open_epoch(seed, **options))
+    return ResumableLoader(FastOrder(SHARDS, seed=seed), open_epoch=open_epoch(seed, **options))
 
 
 def flat(batches: list[list[str]]) -> list[str]:
@@ -140,7 +140,7 @@ def test_between_epochs_the_state_is_the_start_of_the_next() -> None:
 def test_a_state_of_another_shard_list_or_a_corrupt_one_is_refused() -> None:
     run = loader()
     state = run.state_dict()
-    other = ResumableLoader(SHARDS[:-1], seed=7, open_epoch=open_epoch())
+    other = ResumableLoader(FastOrder(SHARDS[:-1], seed=7), open_epoch=open_epoch())
     with pytest.raises(aisio.StateMismatchError, match="another shard list"):
         other.load_state_dict(state)
     with pytest.raises(aisio.StateMismatchError, match="corrupt"):
@@ -148,7 +148,7 @@ def test_a_state_of_another_shard_list_or_a_corrupt_one_is_refused() -> None:
 
 
 def test_a_loader_without_positions_refuses_to_checkpoint() -> None:
-    run = ResumableLoader(SHARDS, seed=7, open_epoch=open_epoch(), resumable=False)
+    run = ResumableLoader(FastOrder(SHARDS, seed=7, resumable=False), open_epoch=open_epoch())
     with pytest.raises(aisio.StateMismatchError, match="cannot say what the training loop"):
         run.state_dict()
 
@@ -157,7 +157,7 @@ def test_a_workers_failure_raises_its_error_with_the_workers_traceback() -> None
     error = aisio.ShardFormatError("shard ais://b/s-1.tar is truncated", url="ais://b/s-1.tar")
     for failure, cause in [(Failure(error), None), (Failure(error, "Traceback: in a worker"),
                                                     aisio.WorkerTraceback)]:
-        run = ResumableLoader(SHARDS, seed=7,
+        run = ResumableLoader(FastOrder(SHARDS, seed=7),
                               open_epoch=lambda e, s, f=failure: [Delivery(["0/0"], []), f])
         with pytest.raises(aisio.ShardFormatError) as info:
             list(run)
@@ -171,10 +171,11 @@ def test_an_epoch_whose_every_shard_was_skipped_raises_and_an_empty_resume_does_
         report.record(aisio.ShardFormatError("bad", url="ais://b/s-0.tar"))
         return []
 
-    run = ResumableLoader(SHARDS, seed=7, open_epoch=all_skipped, report=report)
+    run = ResumableLoader(FastOrder(SHARDS, seed=7), open_epoch=all_skipped, report=report)
     with pytest.raises(aisio.EmptyEpochError, match="all 1 shard"):
         list(run)
-    nothing_left = ResumableLoader(SHARDS, seed=7, open_epoch=lambda e, s: [], report=report)
+    nothing_left = ResumableLoader(FastOrder(SHARDS, seed=7), open_epoch=lambda e, s: [],
+                                   report=report)
     assert list(nothing_left) == []
 
 
@@ -182,7 +183,7 @@ def test_ranks_stop_together_and_only_a_finished_epoch_is_reported() -> None:
     finished: list[tuple[int, dict[str, Any]]] = []
     ended: list[int] = []
     steps = iter([True, True, False])  # the other rank runs out at the third step
-    run = ResumableLoader(SHARDS, seed=7, open_epoch=open_epoch(),
+    run = ResumableLoader(FastOrder(SHARDS, seed=7), open_epoch=open_epoch(),
                           end_epoch=lambda: ended.append(1), sync=lambda have: have and next(steps))
     run.on_finish = lambda epoch, state: finished.append((epoch, state))
     assert len(list(run)) == 2 and finished == [] and ended == [1]
@@ -195,7 +196,7 @@ def test_ranks_stop_together_and_only_a_finished_epoch_is_reported() -> None:
 
 def test_leaving_the_loop_early_ends_the_epoch_and_close_stops_the_workers() -> None:
     calls: list[str] = []
-    run = ResumableLoader(SHARDS, seed=7, open_epoch=open_epoch(),
+    run = ResumableLoader(FastOrder(SHARDS, seed=7), open_epoch=open_epoch(),
                           end_epoch=lambda: calls.append("end"),
                           close=lambda: calls.append("close"))
     for _ in run:
@@ -225,7 +226,7 @@ def test_a_stop_of_uneven_drop_counts_the_samples_this_rank_dropped() -> None:
     """Issue #37: uneven="drop" dropped a share's surplus silently; the loop now reads what
     this rank held past the stop and tells the ranks' sync (which warns once, on rank 0)."""
     sync = StopAt(3)
-    run = ResumableLoader(SHARDS, seed=7, open_epoch=open_epoch(7, batch=2), sync=sync)
+    run = ResumableLoader(FastOrder(SHARDS, seed=7), open_epoch=open_epoch(7, batch=2), sync=sync)
     got = flat(list(run))
     assert len(got) == 6
     assert sync.told == [(0, sum(SIZES) - 6)]  # the rest of the epoch
