@@ -266,7 +266,7 @@ def regular_run(buf: bytes, pos: int, plan: RunPlan, url: str, after_key: str | 
                     try:
                         numbers.append(int(buf[a:a + n]))
                     except ValueError:  # the run ends before: the stage names this sample
-                        whole = len(numbers)
+                        whole = min(whole, len(numbers))
                         break
             columns.append(numbers)
         else:

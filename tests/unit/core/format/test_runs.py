@@ -249,6 +249,20 @@ def test_a_run_begins_after_the_sample_in_progress() -> None:
     assert run is not None and run is not CONTINUES and len(run.values) == 39
 
 
+def test_two_labels_int_refuses_at_different_samples_end_the_run_at_the_first() -> None:
+    """Two picked labels that int() reads but plain digits do not spell ("+3"), each refused
+    by int() at another sample, the later field's later: the run ends before the first one
+    refused (the per-member stage names that sample), with its columns of one length."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(30):
+            _add(tar, f"s{i:05d}.cls", b"x" if i == 10 else b"+%d" % i)
+            _add(tar, f"s{i:05d}.id", b"x" if i == 12 else b"+%d" % i)
+    run = regular_run(out.getvalue(), 0, RunPlan(("cls", "id"), ("int", "int")), URL, None)
+    assert run is not None and run is not CONTINUES
+    assert run.values == [(i, i) for i in range(10)] and len(run.ends) == 10
+
+
 class _Shouting(Decoder):
     def __call__(self, sample: Any) -> dict[str, Any]:
         return {k: v.upper() if isinstance(v, bytes) else v for k, v in sample.items()}
