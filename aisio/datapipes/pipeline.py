@@ -31,7 +31,7 @@ from aisio.core.faults.policy import SKIPPED, is_kept
 from aisio.core.format.collate import BatchCollate, sample_name
 from aisio.core.format.decode import to_tuple
 from aisio.core.format.decode import tuple_fields as _tuple_fields
-from aisio.core.format.runs import Columns, RunPlan
+from aisio.core.format.tar.runs import Columns, RunPlan
 from aisio.core.pipeline.spec import PipelineSpec, check_options, documents_options
 from aisio.core.store.sources import ObjectRef, objects, resolve_one
 from aisio.core.system.threads import thread_map

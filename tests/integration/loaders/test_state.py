@@ -178,7 +178,7 @@ def test_a_state_without_versions_still_resumes(ais_endpoint: str, ais_client: C
 def test_runs_of_small_samples_resume_exactly_once(ais_client: Client, bucket: Bucket,
                                                    tmp_path: Path, ais_endpoint: str) -> None:
     """The one-call loader in one process over shards of small samples, in their stored order:
-    the path where regular samples come in runs (aisio.core.format.runs), stopped mid-epoch
+    the path where regular samples come in runs (aisio.core.format.tar.runs), stopped mid-epoch
     and resumed: every sample once, each batch as the per-sample path makes it."""
     template, keys = _ustar_shards(ais_client, bucket, shards=3, per_shard=150)
     options: dict[str, Any] = {
