@@ -18,8 +18,8 @@ import time
 import webdataset as wds
 
 import aisio
-from aisio.core.format.runs import Columns, RunPlan
 from aisio.core.format.samples import iter_samples
+from aisio.core.format.tar.runs import Columns, RunPlan
 from aisio.core.pipeline.stages import SampleStage
 
 FIELDS = ("__key__", "jpg", "cls")

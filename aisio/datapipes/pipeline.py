@@ -25,7 +25,7 @@ from aisio.core.faults.policy import is_kept
 from aisio.core.format.collate import BatchCollate
 from aisio.core.format.decode import to_tuple
 from aisio.core.format.decode import tuple_fields as _tuple_fields
-from aisio.core.format.runs import RunPlan
+from aisio.core.format.tar.runs import RunPlan
 from aisio.core.pipeline.epoch import FastReader
 from aisio.core.pipeline.spec import PipelineSpec, check_options, documents_options
 from aisio.core.store.sources import ObjectRef, objects, resolve_one

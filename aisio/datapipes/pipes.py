@@ -14,7 +14,7 @@ from typing import Any
 from aisio.core.epochs.progress import ShardTask
 from aisio.core.faults.policy import ErrorPolicy, OnError
 from aisio.core.faults.report import ErrorReport
-from aisio.core.format.runs import RunPlan
+from aisio.core.format.tar.runs import RunPlan
 from aisio.core.pipeline.fetch import Fetcher
 from aisio.core.pipeline.parse import parse_streams
 from aisio.core.store.cache import ShardCache
@@ -322,7 +322,7 @@ class WebDatasetParser(Unhooked, IterDataPipe):
             ``ErrorReport.temporary()`` to read records made in DataLoader2 workers.
         runs: for the resumable loaders' own pipeline (its deliveries take them): samples of
             a shard task in runs of regular ones come as
-            :class:`~aisio.core.format.runs.Columns` of the fields the plan picks.
+            :class:`~aisio.core.format.tar.runs.Columns` of the fields the plan picks.
 
     Example:
         >>> samples = AISFileLoader(["ais://b/shard-{0..9}.tar"], url=endpoint

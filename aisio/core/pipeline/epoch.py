@@ -32,7 +32,7 @@ from aisio.core.epochs.split import Deal
 from aisio.core.faults.errors import AISIOError
 from aisio.core.faults.policy import SKIPPED, is_kept
 from aisio.core.format.collate import BatchCollate, sample_name
-from aisio.core.format.runs import Columns, RunPlan
+from aisio.core.format.tar.runs import Columns, RunPlan
 from aisio.core.pipeline.parse import parse_streams
 from aisio.core.pipeline.spec import PipelineSpec
 from aisio.core.store.sources import ObjectRef
@@ -59,7 +59,7 @@ def samples_of(spec: PipelineSpec, tasks: Iterable[Any], *,
                rng: random.Random | None = None, runs: RunPlan | None = None) -> Iterable[Any]:
     """Yields the samples of ``tasks``: fetched (the spec's fetcher: a missing shard raised or
     skipped by its ``on_error``), parsed (:func:`parse_streams`, a bad shard likewise; with
-    ``runs``, runs of regular samples as :class:`~aisio.core.format.runs.Columns`) and
+    ``runs``, runs of regular samples as :class:`~aisio.core.format.tar.runs.Columns`) and
     shuffled through the spec's buffer with ``rng`` (None: in shard order)."""
     fetcher = spec.fetcher()
     parsed = parse_streams(fetcher.streams(tasks), fetcher.policy, runs=runs)

@@ -12,8 +12,8 @@ from typing import IO, Any
 from aisio.core.epochs.progress import ShardTask
 from aisio.core.faults.errors import AISIOError
 from aisio.core.faults.policy import ErrorPolicy
-from aisio.core.format.runs import Columns, RunPlan
 from aisio.core.format.samples import iter_samples
+from aisio.core.format.tar.runs import Columns, RunPlan
 from aisio.core.store.client import content_id
 from aisio.core.transport.delivery import POSITION, VERSION
 
@@ -30,7 +30,7 @@ def parse_streams(pairs: Iterable[tuple[Any, IO[bytes]]], policy: ErrorPolicy, *
     skipped (with how many of its samples were yielded) as ``policy`` says.
 
     With ``runs``, a task's regular samples may come as
-    :class:`~aisio.core.format.runs.Columns` (see :func:`task_samples`).
+    :class:`~aisio.core.format.tar.runs.Columns` (see :func:`task_samples`).
     """
     for key, stream in pairs:
         url = key.uri() if isinstance(key, ShardTask) else key
@@ -63,7 +63,7 @@ def task_samples(task: ShardTask, stream: Any, *, runs: RunPlan | None = None
     ``last``), so a fault in the next sample still yields it (it is whole). The parser tags
     the samples itself (:func:`~aisio.core.format.samples.iter_samples`' ``tag``): no layer per
     sample on the resumable loaders' path. With ``runs`` (and nothing to skip), runs of regular
-    samples come as :class:`~aisio.core.format.runs.Columns` of the fields it picks.
+    samples come as :class:`~aisio.core.format.tar.runs.Columns` of the fields it picks.
     """
     version = content_id(stream)
     return iter_samples(stream, url=task.uri(), start_offset=task.start,

@@ -21,7 +21,7 @@ from aisio.core.faults.errors import ConfigError
 from aisio.core.faults.policy import ErrorPolicy, OnError, check_on_error
 from aisio.core.faults.report import ErrorReport
 from aisio.core.format.decode import Decoder, field_names
-from aisio.core.format.runs import RunPlan
+from aisio.core.format.tar.runs import RunPlan
 from aisio.core.pipeline.fetch import Fetcher
 from aisio.core.pipeline.loader_options import LOADER_OPTIONS, loader_options_doc
 from aisio.core.pipeline.stages import SampleStage
@@ -191,7 +191,7 @@ class PipelineSpec:
 
     def runs(self) -> RunPlan | None:
         """Returns what the resumable loaders' parser may give at once for runs of regular
-        samples (:mod:`aisio.core.format.runs`): the stage's tuple of picked fields, when that
+        samples (:mod:`aisio.core.format.tar.runs`): the stage's tuple of picked fields, when that
         is all the stage does and every batch is collated from such tuples as they come; else
         None (per sample: a sample shuffle, decode threads, ``map``, ``drop_last``, alternatives
         between fields, a decoder a run does not give)."""

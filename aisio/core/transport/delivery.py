@@ -30,7 +30,7 @@ from aisio.core.faults.policy import (
     carrying_warnings,
     warn_in_user_code,
 )
-from aisio.core.format.runs import Columns
+from aisio.core.format.tar.runs import Columns
 from aisio.core.transport import ring
 
 POSITION = "__pos__"

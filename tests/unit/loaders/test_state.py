@@ -170,7 +170,7 @@ def test_a_state_without_versions_still_resumes(store: MemoryStore,
 def test_runs_of_small_samples_resume_exactly_once(store: MemoryStore,
                                                    bucket: Bucket) -> None:
     """The one-call loader in one process over shards of small samples, in their stored order:
-    the path where regular samples come in runs (aisio.core.format.runs), stopped mid-epoch
+    the path where regular samples come in runs (aisio.core.format.tar.runs), stopped mid-epoch
     and resumed: every sample once, each batch as the per-sample path makes it."""
     template, keys = _ustar_shards(store, bucket, shards=3, per_shard=150)
     options: dict[str, Any] = {

@@ -29,10 +29,10 @@ def test_a_worker_error_arrives_intact(name: str, store: MemoryStore, bucket: Bu
     assert str(error).startswith(f"shard {shard}")
     assert "Caught" not in str(error)
     if name == "nodes":  # read in a thread of this process: the error keeps its own traceback
-        assert "aisio/core/format/tar.py" in "".join(traceback.format_tb(error.__traceback__))
+        assert "aisio/core/format/tar/" in "".join(traceback.format_tb(error.__traceback__))
         return
     # from a worker process: the worker's traceback is the error's cause, and a note says so
     cause = error.__cause__
     assert isinstance(cause, aisio.WorkerTraceback), repr(cause)
-    assert "worker process" in str(cause) and "aisio/core/format/tar.py" in str(cause)
+    assert "worker process" in str(cause) and "aisio/core/format/tar/" in str(cause)
     assert any("worker process" in note for note in getattr(error, "__notes__", []))

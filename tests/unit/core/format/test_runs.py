@@ -1,4 +1,4 @@
-"""Runs of regular samples (aisio.core.format.runs) against the per-member parser and the stage.
+"""Runs of regular samples (aisio.core.format.tar.runs) against the per-member parser and the stage.
 
 A run hands a loader the picked fields of many samples at once, in place of their dicts. It is
 only an optimisation: on random archives that are mostly regular (long stretches of the same
@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from aisio import Decoder
 from aisio.core.faults.errors import AISIOError
-from aisio.core.format.runs import CONTINUES, Columns, RunPlan, regular_run
 from aisio.core.format.samples import iter_samples
+from aisio.core.format.tar.runs import CONTINUES, Columns, RunPlan, regular_run
 from aisio.core.pipeline.stages import SampleStage
 
 URL = "ais://bucket/shard-007.tar"
@@ -249,6 +249,20 @@ def test_a_run_begins_after_the_sample_in_progress() -> None:
     assert run is not None and run is not CONTINUES and len(run.values) == 39
 
 
+def test_two_labels_int_refuses_at_different_samples_end_the_run_at_the_first() -> None:
+    """Two picked labels that int() reads but plain digits do not spell ("+3"), each refused
+    by int() at another sample, the later field's later: the run ends before the first one
+    refused (the per-member stage names that sample), with its columns of one length."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(30):
+            _add(tar, f"s{i:05d}.cls", b"x" if i == 10 else b"+%d" % i)
+            _add(tar, f"s{i:05d}.id", b"x" if i == 12 else b"+%d" % i)
+    run = regular_run(out.getvalue(), 0, RunPlan(("cls", "id"), ("int", "int")), URL, None)
+    assert run is not None and run is not CONTINUES
+    assert run.values == [(i, i) for i in range(10)] and len(run.ends) == 10
+
+
 class _Shouting(Decoder):
     def __call__(self, sample: Any) -> dict[str, Any]:
         return {k: v.upper() if isinstance(v, bytes) else v for k, v in sample.items()}
@@ -318,7 +332,7 @@ def test_big_samples_are_read_member_by_member() -> None:
     shard goes member by member, and no run is looked for again (looking for one in every
     buffer cost more than the per-sample Python it saves: the 100 KiB no-shuffle regression,
     benchmarks/README.md). Small samples keep their runs to the end of the shard."""
-    import aisio.core.format.samples as samples_module
+    import aisio.core.format.tar.fast as fast_module
 
     def big(samples: int) -> bytes:
         out = io.BytesIO()
@@ -337,8 +351,8 @@ def test_big_samples_are_read_member_by_member() -> None:
         calls.append(args[1])
         return regular_run(*args, **kwargs)
 
-    original = samples_module.regular_run
-    samples_module.regular_run = counted  # type: ignore[assignment]
+    original = fast_module.regular_run
+    fast_module.regular_run = counted  # type: ignore[assignment]
     try:
         for bufsize in (1 << 20, 65_536):
             calls.clear()
@@ -347,7 +361,7 @@ def test_big_samples_are_read_member_by_member() -> None:
             assert not any(type(item) is Columns for item in items)
             assert len(items) == 200 and len(calls) <= 1
     finally:
-        samples_module.regular_run = original  # type: ignore[assignment]
+        fast_module.regular_run = original  # type: ignore[assignment]
     per_member = _staged(lambda: iter_samples(io.BytesIO(raw), url=URL, tag=TAG), stage)
     assert _staged(lambda: iter(items), stage)[:2] == per_member[:2]
     small = _regular(3000)

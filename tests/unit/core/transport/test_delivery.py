@@ -14,7 +14,7 @@ import pytest
 
 import aisio
 from aisio.core.faults.policy import SKIPPED
-from aisio.core.format.runs import Columns
+from aisio.core.format.tar.runs import Columns
 from aisio.core.transport.delivery import (
     POSITION,
     VERSION,

@@ -6,31 +6,38 @@ same order. Where a stretch of the read buffer is that regular, :func:`regular_r
 it with numpy (each 512-byte block a row: typeflags, sizes, checksums and names compared all at
 once) and returns the fields a loader picks from each of its whole samples, already decoded,
 with the offset each sample ends at. Python then touches each sample once, not each member
-several times: the per-member parser (:mod:`aisio.core.format.samples`) remains the reader of
+several times: the per-member parser (:mod:`.fast`, :mod:`.stream`) remains the reader of
 everything a run does not vouch for, and the one that explains every error.
 
 A run is only an optimisation: the same samples, values and offsets as the per-member parser
 followed by :class:`~aisio.core.pipeline.stages.SampleStage` (``tests/unit/core/format/
-test_runs.py`` checks this against it on generated archives).
+test_runs.py`` checks this against it on generated archives). Which headers it vouches for is
+decided in :mod:`.header`, as for the per-member fast path.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
 from aisio.core.faults.errors import AISIOError
 from aisio.core.format.decode import BASIC_DECODERS, Decoder
+from aisio.core.format.tar.header import (
+    BLOCK,
+    NAME,
+    PAX_HEADER,
+    SIZE,
+    SIZE_END,
+    TYPEFLAG,
+    mtime_only,
+    octal_sizes,
+    sizes_of,
+    sound_headers,
+)
 
-BLOCK = 512
-
-_SIZE_WEIGHTS = 8.0 ** np.arange(10, -1, -1)  # float64: exact for 11 octal digits
-_CHECKSUM_WEIGHTS = 8.0 ** np.arange(5, -1, -1)
-_NAME = 100  # bytes of a header's name field
-_DOT, _UNDERSCORE, _PAX = ord("."), ord("_"), ord("x")
-_MTIME = np.frombuffer(b" mtime=", np.uint8)
+_DOT, _UNDERSCORE, _FILE, _PAX = ord("."), ord("_"), ord("0"), ord("x")
 
 
 @dataclass(frozen=True)
@@ -103,23 +110,6 @@ class Columns(NamedTuple):
     extra: dict[str, Any]
 
 
-def _mtime_only(blocks: np.ndarray, rows: np.ndarray, heads: np.ndarray) -> np.ndarray:
-    """Returns, for each pax header at ``rows`` (``heads``), whether its record is one
-    ``mtime`` and nothing else (``"28 mtime=1795667187.8313234\n"``, as webdataset's TarWriter
-    writes it), in the one block after it: a record the per-member reader ignores."""
-    size = ((heads[:, 124:135].astype(np.float64) - 48) @ _SIZE_WEIGHTS).astype(np.int64)
-    record = blocks[np.minimum(rows + 1, len(blocks) - 1)][:, :100]
-    places = np.arange(100)
-    told = (record[:, 0].astype(np.int64) - 48) * 10 + record[:, 1].astype(np.int64) - 48
-    value = (places >= 9) & (places < size[:, None] - 1)
-    digit = ((record >= 0x30) & (record <= 0x39)) | (record == _DOT)
-    return ((size >= 12) & (size < 100) & (told == size)
-            & ((record[:, :2] >= 0x30) & (record[:, :2] <= 0x39)).all(1)
-            & (record[:, 2:9] == _MTIME).all(1)
-            & (record[np.arange(len(rows)), np.clip(size - 1, 0, 99)] == 0x0A)
-            & (digit | ~value).all(1))
-
-
 def _decimals(buf: bytes, at: np.ndarray, sizes: np.ndarray) -> list[int] | None:
     """Returns ``int(buf[a:a + n])`` for each ``a``, ``n``, when every one is 1 to 18 decimal
     digits and nothing else (else None: signs, spaces, underscores are int()'s to read)."""
@@ -149,10 +139,10 @@ def regular_run(buf: bytes, pos: int, plan: RunPlan, url: str, after_key: str | 
     :data:`CONTINUES` when that member's name begins with ``after_key`` and a dot (it may
     continue the sample in progress).
 
-    Regular: consecutive plain-file members (typeflag ``0``, octal size and checksum with
-    their NUL, no ustar prefix, a valid checksum; each after a pax header whose only record
-    is its ``mtime``, or none after any) lying whole in ``buf``, whose names are
-    ASCII, NUL-terminated, with keys of one length and no dot (``/`` only in the key), not
+    Regular: consecutive plain-file members (typeflag ``0``, headers that
+    :func:`~aisio.core.format.tar.header.sound_headers` vouches for; each after a pax header
+    whose only record is its ``mtime``, or none after any) lying whole in ``buf``, whose names
+    are ASCII, NUL-terminated, with keys of one length and no dot (``/`` only in the key), not
     starting with ``_`` or ``.``; every sample has the same suffixes in the same order (no
     repeats) as the first, among them each picked field (as written: a suffix in capitals is
     left to the per-member parser, which lower-cases it). A sample is whole when the next
@@ -160,26 +150,48 @@ def regular_run(buf: bytes, pos: int, plan: RunPlan, url: str, after_key: str | 
     includes the shard's last sample.
     """
     if after_key is not None:
-        name_at = pos
-        if buf[pos + 156:pos + 157] == b"x":  # a pax header: the member's own follows its record
-            try:
-                name_at += BLOCK + (int(buf[pos + 124:pos + 136].strip(b" \0") or b"0", 8)
-                                    + BLOCK - 1) // BLOCK * BLOCK
-            except ValueError:
-                return None
-        if buf[name_at:name_at + _NAME].partition(b".")[0] == after_key.encode(
-                "utf-8", "surrogateescape"):
-            return CONTINUES
+        continues = _continues(buf, pos, after_key)
+        if continues is not False:
+            return continues
     rows = (len(buf) - pos) // BLOCK
     if rows < 2 * min_samples:
         return None
     blocks = np.frombuffer(buf, np.uint8, rows * BLOCK, pos).reshape(rows, BLOCK)
-    # Walk the chain of headers, each header's size saying where the next one is; sizes are
-    # read only from the blocks whose typeflag is "0" or "x" (a data block rarely is).
-    candidates = np.flatnonzero((blocks[:, 156] == 0x30) | (blocks[:, 156] == _PAX))
+    at = _chain(blocks)
+    if len(at) < 2 * min_samples:
+        return None
+    members = _members(blocks, at)
+    shape = _shape(members, min_samples)
+    if shape is None:
+        return None
+    return _run(buf, pos, plan, url, members, shape, min_samples)
+
+
+def _continues(buf: bytes, pos: int, after_key: str) -> Run | Literal[False] | None:
+    """Returns :data:`CONTINUES` when the member at ``buf[pos]`` (after its pax header, if it
+    has one) is named ``after_key`` and a dot, None when that pax header's size is unreadable,
+    else False."""
+    name_at = pos
+    if buf[pos + TYPEFLAG:pos + TYPEFLAG + 1] == PAX_HEADER:  # the member's own header follows
+        try:
+            name_at += BLOCK + (int(buf[pos + SIZE:pos + SIZE_END].strip(b" \0") or b"0", 8)
+                                + BLOCK - 1) // BLOCK * BLOCK
+        except ValueError:
+            return None
+    if buf[name_at:name_at + NAME].partition(b".")[0] == after_key.encode(
+            "utf-8", "surrogateescape"):
+        return CONTINUES
+    return False
+
+
+def _chain(blocks: np.ndarray) -> np.ndarray:
+    """Returns the rows of the chain of headers from ``blocks[0]``, each header's size saying
+    where the next one is (sizes are read only from the blocks whose typeflag is "0" or "x": a
+    data block rarely is)."""
+    rows = len(blocks)
+    candidates = np.flatnonzero((blocks[:, TYPEFLAG] == _FILE) | (blocks[:, TYPEFLAG] == _PAX))
     steps = np.zeros(rows, np.int64)
-    steps[candidates] = 1 + ((blocks[candidates, 124:135].astype(np.float64) - 48)
-                             @ _SIZE_WEIGHTS + (BLOCK - 1)).astype(np.int64) // BLOCK
+    steps[candidates] = 1 + (octal_sizes(blocks[candidates, SIZE:SIZE + 11]) + BLOCK - 1) // BLOCK
     hops = steps.tolist()
     chain = []
     row = 0
@@ -189,33 +201,59 @@ def regular_run(buf: bytes, pos: int, plan: RunPlan, url: str, after_key: str | 
             break
         chain.append(row)
         row += hop
-    if len(chain) < 2 * min_samples:
-        return None
-    at = np.array(chain)
+    return np.array(chain, np.int64)
+
+
+class _Members(NamedTuple):
+    """The members of a chain of headers: where each begins (its pax header, if any), its own
+    header's row and bytes, and whether that header (and its pax header) is sound."""
+
+    lead: np.ndarray
+    at: np.ndarray
+    heads: np.ndarray
+    sound: np.ndarray
+
+
+def _members(blocks: np.ndarray, at: np.ndarray) -> _Members:
+    """Returns the members of the chain of headers at rows ``at``: each header its own member,
+    or, when the first is a pax header (webdataset's TarWriter writes one, its mtime, before
+    every member), the headers taken in pairs."""
     heads = blocks[at]
-    sums = (np.add.reduce(heads, 1, dtype=np.uint32).astype(np.int64)
-            - np.add.reduce(heads[:, 148:156], 1, dtype=np.uint32) + 8 * 32)
-    sound = ((heads[:, 135] == 0) & (heads[:, 154] == 0) & (heads[:, 345] == 0)
-             & ((heads[:, 124:135] >= 0x30) & (heads[:, 124:135] <= 0x37)).all(1)
-             & ((heads[:, 148:154] >= 0x30) & (heads[:, 148:154] <= 0x37)).all(1)
-             & (sums == (heads[:, 148:154].astype(np.float64) - 48) @ _CHECKSUM_WEIGHTS))
-    lead = at  # where each member begins: its own header, or the pax header before it
-    if heads[0, 156] == _PAX:  # webdataset's TarWriter: a pax header (its mtime) every member
-        pairs = len(at) // 2
-        pax, at, sound = heads[:2 * pairs:2], at[1:2 * pairs:2], sound[:2 * pairs]
-        sound = (sound[0::2] & sound[1::2] & (pax[:, 156] == _PAX)
-                 & _mtime_only(blocks, lead[:2 * pairs:2], pax))
-        lead, heads = lead[:2 * pairs:2], heads[1:2 * pairs:2]
-    names = heads[:, :_NAME]
+    sound = sound_headers(heads)
+    if heads[0, TYPEFLAG] != _PAX:
+        return _Members(at, at, heads, sound)
+    pairs = len(at) // 2
+    pax = heads[:2 * pairs:2]
+    lead = at[:2 * pairs:2]
+    sound = (sound[:2 * pairs:2] & sound[1:2 * pairs:2] & (pax[:, TYPEFLAG] == _PAX)
+             & mtime_only(blocks, lead, pax))
+    return _Members(lead, at[1:2 * pairs:2], heads[1:2 * pairs:2], sound)
+
+
+class _Shape(NamedTuple):
+    """The samples of a run: the keys' length, the index of each sample's first member, the
+    members a sample has, how many samples are whole and regular, and their suffixes."""
+
+    key_len: int
+    starts: np.ndarray
+    width: int
+    whole: int
+    suffixes: list[str]
+
+
+def _shape(members: _Members, min_samples: int) -> _Shape | None:
+    """Returns the shape of the regular samples ``members`` begin with, or None when fewer
+    than ``min_samples`` are."""
+    names = members.heads[:, :NAME]
     key_len = int((names[0] == _DOT).argmax())
     keys = names[:, :key_len]
     # Per member here; the rest of each name is checked below as equal, byte for byte, to the
     # same member's of the first sample, whose names split_key reads.
-    ok = (sound & (heads[:, 156] == 0x30)
+    ok = (members.sound & (members.heads[:, TYPEFLAG] == _FILE)
           & (names[:, key_len] == _DOT) & (names[:, 0] != _UNDERSCORE)
           & ~((keys == _DOT) | (keys == 0) | (keys >= 0x80)).any(1))
     bad = np.flatnonzero(~ok)
-    count = len(at) if len(bad) == 0 else int(bad[0])
+    count = len(members.at) if len(bad) == 0 else int(bad[0])
     if count < 2 * min_samples or key_len == 0:
         return None
     # Samples: where the key (the name up to its first dot, all of one length) changes.
@@ -238,49 +276,61 @@ def regular_run(buf: bytes, pos: int, plan: RunPlan, url: str, after_key: str | 
     first = [bytes(row).partition(b"\0") for row in names[:width]]
     if any(not nul or b"/" in name[key_len:] or not name.isascii() for name, nul, _ in first):
         return None
-    suffix_names = [name[key_len + 1:].decode("ascii") for name, _, _ in first]
+    suffixes = [name[key_len + 1:].decode("ascii") for name, _, _ in first]
     # (split_key reads each such name so: not "_" first, the key up to its only-ever first dot.)
-    if len(set(suffix_names)) != width:
+    if len(set(suffixes)) != width:
         return None
-    columns: list[Any] = []
+    return _Shape(key_len, starts, width, whole, suffixes)
+
+
+def _run(buf: bytes, pos: int, plan: RunPlan, url: str, members: _Members, shape: _Shape,
+         min_samples: int) -> Run | None:
+    """Returns the run of ``shape``'s whole samples: the fields ``plan`` picks from each, or
+    None when one of them is missing or fewer than ``min_samples`` samples give them all."""
+    key_len, starts, width, whole, suffixes = shape
+    at = members.at
     member_rows = at[:whole * width].reshape(whole, width)
-    sizes = ((heads[:whole * width, 124:135].astype(np.float64) - 48) @ _SIZE_WEIGHTS
-             ).astype(np.int64).reshape(whole, width)
+    sizes = sizes_of(members.heads[:whole * width]).reshape(whole, width)
+    columns: list[list[Any]] = []
     for field, kind in zip(plan.fields, plan.kinds, strict=True):
         if kind == "key":
             columns.append([buf[a:a + key_len].decode("ascii")
                             for a in (at[starts[:whole]] * BLOCK + pos).tolist()])
-            continue
-        if kind == "url":
+        elif kind == "url":
             columns.append([url] * whole)
-            continue
-        if field not in suffix_names:
+        elif field not in suffixes:
             return None
-        j = suffix_names.index(field)
-        data_at = (member_rows[:, j] + 1) * BLOCK + pos
-        if kind == "int":
-            numbers = _decimals(buf, data_at, sizes[:, j])
-            if numbers is None:  # not plain digits: as int() reads them, one by one
-                numbers = []
-                for a, n in zip(data_at.tolist(), sizes[:, j].tolist(), strict=True):
-                    try:
-                        numbers.append(int(buf[a:a + n]))
-                    except ValueError:  # the run ends before: the stage names this sample
-                        whole = len(numbers)
-                        break
-            columns.append(numbers)
         else:
-            columns.append([buf[a:b] for a, b in zip(
-                data_at.tolist(), (data_at + sizes[:, j]).tolist(), strict=True)])
+            j = suffixes.index(field)
+            data_at = (member_rows[:, j] + 1) * BLOCK + pos
+            columns.append(_column(buf, kind, data_at, sizes[:, j]))
+    whole = min((len(column) for column in columns), default=whole)
     if whole < min_samples:
         return None
-    columns = [column[:whole] for column in columns]
-    ends = (lead[starts[1:whole + 1]] * BLOCK + pos).tolist()
-    last = whole * width - 1
-    return Run(values=list(zip(*columns, strict=True)), ends=ends, stop=ends[-1],
-               members=whole * width,
-               last_name=buf[(a := pos + int(at[last]) * BLOCK):a + _NAME].partition(b"\0")[0]
-               .decode("ascii"))
+    ends = (members.lead[starts[1:whole + 1]] * BLOCK + pos).tolist()
+    last = pos + int(at[whole * width - 1]) * BLOCK
+    return Run(values=list(zip(*(column[:whole] for column in columns), strict=True)),
+               ends=ends, stop=ends[-1], members=whole * width,
+               last_name=buf[last:last + NAME].partition(b"\0")[0].decode("ascii"))
+
+
+def _column(buf: bytes, kind: str, data_at: np.ndarray, sizes: np.ndarray) -> list[Any]:
+    """Returns one picked field of each sample: its member's bytes (``"raw"``), or their
+    ``int()`` (``"int"``), up to the first sample whose bytes ``int()`` refuses (the run ends
+    before it: the stage names that sample)."""
+    if kind != "int":
+        return [buf[a:b] for a, b in zip(data_at.tolist(), (data_at + sizes).tolist(),
+                                         strict=True)]
+    numbers = _decimals(buf, data_at, sizes)
+    if numbers is not None:
+        return numbers
+    numbers = []  # not plain digits: as int() reads them, one by one
+    for a, n in zip(data_at.tolist(), sizes.tolist(), strict=True):
+        try:
+            numbers.append(int(buf[a:a + n]))
+        except ValueError:
+            break
+    return numbers
 
 
 __all__ = ["CONTINUES", "Columns", "Run", "RunPlan", "regular_run"]
