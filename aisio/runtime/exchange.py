@@ -18,6 +18,7 @@ from a thread of its own (:class:`StateExchange` starts it), so a rank that does
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import threading
@@ -62,6 +63,7 @@ class StateExchange:
         self._published: deque[str] = deque()
         self._finals: dict[int, dict[str, Any]] = {}
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
         # The answering thread's own connection: a store's client is not to be shared between
         # threads (one blocked in a call holds the other's).
         clone = getattr(store, "clone", None)
@@ -99,6 +101,17 @@ class StateExchange:
                 self._thread = threading.Thread(target=self._answer, daemon=True,
                                                 name="aisio-state-exchange")
                 self._thread.start()
+                # Ended before the interpreter tears down: a daemon thread left inside a call
+                # of torch's store as the process exits can abort it ("terminate called
+                # without an active exception", seen in 2-rank jobs).
+                atexit.register(self.stop)
+
+    def stop(self) -> None:
+        """Ends the answering thread (at exit; it also ends with the loader or the store)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)
 
     def _publish(self, store: Any, position: Position, state: dict[str, Any]) -> None:
         key = _key(position, self.rank)
@@ -143,7 +156,7 @@ class StateExchange:
     def _answer(self) -> None:
         """The answering thread: each ask, once this rank is at its position or past it."""
         store, seen, pending, pause = self._answer_store, 0, [], _POLL
-        while True:
+        while not self._stop.is_set():
             loader = self._loader()
             if loader is None:
                 return
@@ -159,7 +172,8 @@ class StateExchange:
                 return
             del loader
             pause = _POLL if pending else min(2 * pause, _IDLE)
-            time.sleep(pause)
+            if self._stop.wait(pause):
+                return
 
     def _answered(self, store: Any, loader: Any, position: tuple[int, ...]) -> bool:
         """Answers one ask if this rank can now; returns whether it did."""

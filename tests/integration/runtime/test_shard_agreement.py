@@ -60,8 +60,9 @@ def ranks(request: pytest.FixtureRequest, ais_endpoint: str, data: tuple[Bucket,
             _, err = proc.communicate(timeout=JOB_TIMEOUT)
             assert proc.returncode == 0, err[-3000:]
     finally:
-        for proc in procs:
+        for proc in procs:  # (waited for: a rank left running warns in a later test)
             proc.kill()
+            proc.wait()
     return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
 
 
