@@ -132,6 +132,7 @@ def test_between_epochs_the_state_is_the_start_of_the_next() -> None:
     list(run)
     state = run.state_dict()
     assert (state["epoch"], state["delivered"], state["partial"], state["done"]) == (1, 0, {}, [])
+    assert state["seed"] == 7 and run.position() == (1, 0)  # (what other ranks are asked at)
     loaded = loader()
     loaded.load_state_dict(state)
     assert loaded.epoch == 1 and {**loaded.state_dict(), "base": None} == state
@@ -230,3 +231,44 @@ def test_a_stop_of_uneven_drop_counts_the_samples_this_rank_dropped() -> None:
     assert len(got) == 6
     assert sync.told == [(0, sum(SIZES) - 6)]  # the rest of the epoch
 
+
+
+def test_a_stop_of_uneven_drop_counts_no_skipped_sample_as_dropped() -> None:
+    """What a rank held past the stop counts its samples, not the positions of samples that
+    were skipped (those would never have been trained on)."""
+    skip = frozenset({"1/0", "1/1", "4/5", "3/2"})
+    sync = StopAt(1)
+    run = ResumableLoader(SHARDS, seed=7, open_epoch=open_epoch(7, batch=2, skip=skip),
+                          sync=sync)
+    got = flat(list(run))
+    assert len(got) == 2
+    assert sync.told == [(0, sum(SIZES) - len(skip) - len(got))]
+
+
+def test_a_state_names_the_content_and_the_rank_of_each_shard_in_progress() -> None:
+    """What a resume checks and keeps: the content each shard in progress had when its reader
+    read it (a changed shard is refused on resume) and, under several ranks, the rank that
+    reads it (the deal: a resume gives the shard back to it), before and after a resume."""
+    from aisio.core.epochs.split import Deal
+
+    def opened(epoch: int, state: dict[str, Any] | None) -> Iterator[Delivery]:
+        for delivery in open_epoch(7, rank=0, world=2)(epoch, state):
+            shards = {position[0] for position in delivery.positions}
+            yield Delivery(delivery.value, delivery.positions, empty=delivery.empty,
+                           versions={shard: f"v{shard}" for shard in shards})
+
+    run = ResumableLoader(SHARDS, seed=7, open_epoch=opened, world=2)
+    iterator = iter(run)
+    next(iterator)
+    state = run.local_state_dict()
+    deal = Deal(SHARDS, 7, 0, shuffle=True, world=2)
+    assert state["world"] == 2 and state["owners"]
+    assert state["owners"] == {shard: deal[int(shard)] for shard in state["owners"]}
+    assert state["versions"] == {shard: f"v{shard}" for shard in state["owners"]}
+    resumed = ResumableLoader(SHARDS, seed=7, open_epoch=opened, world=2)
+    resumed.load_state_dict(json.loads(json.dumps(state)))
+    next(iter(resumed))
+    again = resumed.local_state_dict()
+    deal = Deal(SHARDS, 7, 0, shuffle=True, world=2, resume=state)
+    assert again["owners"] == {shard: deal[int(shard)] for shard in again["owners"]}
+    assert again["versions"] == {shard: f"v{shard}" for shard in again["owners"]}
