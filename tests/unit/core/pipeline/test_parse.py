@@ -13,7 +13,7 @@ import pytest
 import aisio
 from aisio.core.epochs.progress import ShardTask
 from aisio.core.faults.policy import ErrorPolicy
-from aisio.core.format.runs import Columns, RunPlan
+from aisio.core.format.tar.runs import Columns, RunPlan
 from aisio.core.pipeline.parse import drain, parse_streams
 from aisio.core.store.sources import ObjectRef
 from aisio.core.store.urls import parse_ais_url
