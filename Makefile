@@ -68,14 +68,17 @@ test-trainers: setup
 	$(PY) -m pytest tests/integration/trainers --durations=20
 
 # Mutation testing, by hand, not in make test: mutmut (configured in pyproject.toml's
-# [tool.mutmut]) alters the modules that carry aisio's promises one change at a time in a copy
-# of the checkout (mutants/) and runs the unit tests that reach each change; a change no test
-# notices survives. One worker (the machine is shared), a hard cap of MUTATE_BUDGET seconds;
-# results are kept in mutants/, so a run cut short goes on where it stopped the next time.
-# MUTANTS narrows the run, e.g. MUTANTS='aisio.core.faults.policy.*'. Then the survivors, sorted
-# by module and kind: scripts/mutation_report.py; what they mean: docs/mutation.md.
+# [tool.mutmut]) alters the modules that decide which sample is delivered, skipped or counted,
+# one change at a time, in a copy of the checkout (mutants/), and runs the unit tests that reach
+# each change; a change no test notices survives. scripts/mutate.py runs only the mutants with no
+# result kept in docs/mutation/results.json (keyed by each function's source: a changed function
+# is run again) and writes theirs back, so each run continues the last; commit that file. One
+# worker under nice (the machine is shared), at most MUTATE_BUDGET seconds a run. MUTANTS narrows
+# it, e.g. MUTANTS='aisio.core.faults.policy.*'; MUTATE_AGAIN=1 runs those even if kept (a
+# survivor, after its test). Then the tables: scripts/mutation_report.py; docs/mutation.md.
 MUTATE_BUDGET ?= 3600
 MUTANTS ?=
+MUTATE_AGAIN ?=
 mutate: setup
-	timeout --foreground $(MUTATE_BUDGET) nice $(PY) -m mutmut run --max-children 1 $(MUTANTS)
+	nice -n 19 $(PY) scripts/mutate.py --budget $(MUTATE_BUDGET) $(if $(MUTATE_AGAIN),--again) $(MUTANTS)
 	$(PY) scripts/mutation_report.py

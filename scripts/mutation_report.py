@@ -1,7 +1,9 @@
-"""Sums up the last `make mutate` run (mutmut's results in mutants/) in Markdown, on stdout.
+"""Sums up the kept mutation results (docs/mutation/results.json, see scripts/mutate.py) in
+Markdown, on stdout: what every `make mutate` run so far found, for the sources as they are.
 
-Per module: mutants made, killed, survived, not reached by a test, timed out, and the survival
-rate. Then every survivor, with the line it changed, sorted into two kinds:
+Per module: mutants made, run, killed, survived, not reached by a test, timed out, not run
+yet, and the survival rate. Then every survivor, with the line it changed (as kept when it was
+run), sorted into two kinds:
 
 - ``text``: only a message changed (a string inside a ``raise``, a warning or a log call, or
   anything inside an f-string); no sample depends on one;
@@ -20,13 +22,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-MUTANTS = Path("mutants")
-KILLED = {1, 3, 37}
-SURVIVED = {0}
-NO_TESTS = {5, 33}
-TIMEOUT = {24, -24, 36, 152, 255}
+KEPT = Path("docs/mutation/results.json")
 #: calls whose string arguments are messages (a warning, a log line, an exception)
 MESSAGE_CALLS = {"warn", "warn_in_user_code", "debug", "info", "warning", "error", "exception"}
+#: variables that hold (a part of) a message
+MESSAGE_NAMES = ("message", "msg", "what")
 
 
 def functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
@@ -72,7 +72,7 @@ def is_message(parents: list[ast.AST]) -> bool:
             if name in MESSAGE_CALLS or name.endswith(("Error", "Warning")):
                 return True
         if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id in ("message", "msg") for t in node.targets):
+                isinstance(t, ast.Name) and t.id in MESSAGE_NAMES for t in node.targets):
             return True
     return False
 
@@ -98,61 +98,58 @@ def kind(original: ast.FunctionDef, mutant: ast.FunctionDef) -> tuple[str, int]:
 
 def main() -> int:
     show_text = "--all" in sys.argv
-    metas = sorted(MUTANTS.glob("aisio/**/*.py.meta"))
-    if not metas:
-        print("no results in mutants/: run `make mutate` first", file=sys.stderr)
+    if not KEPT.exists():
+        print(f"no results in {KEPT}: run `make mutate` first", file=sys.stderr)
         return 1
-    rows, survivors = [], []
-    totals: Counter[str] = Counter()
-    for meta in metas:
-        codes = json.loads(meta.read_text())["exit_code_by_key"]
-        if not codes:
-            continue
-        source_path = meta.with_suffix("")
-        source = source_path.read_text()
-        lines = source.splitlines()
-        funcs = functions(ast.parse(source))
-        count = Counter(
-            "killed" if c in KILLED else "survived" if c in SURVIVED else "no tests"
-            if c in NO_TESTS else "timeout" if c in TIMEOUT else "unchecked" if c is None
-            else "other" for c in codes.values())
-        count["total"] = len(codes)
-        module = source_path.relative_to(MUTANTS).as_posix()
-        text = 0
-        for name, code in sorted(codes.items(), key=lambda kv: _order(kv[0])):
-            if code not in SURVIVED and code not in NO_TESTS:
-                continue
-            short = name.rsplit(".", 1)[1]
-            base = short.rsplit("__mutmut_", 1)[0]
-            how, line = kind(funcs[base + "__mutmut_orig"], funcs[short])
-            text += how == "text"
+    rows: dict[str, Counter[str]] = {}
+    survivors = []
+    for key, entry in json.loads(KEPT.read_text(encoding="utf-8"))["functions"].items():
+        module, _, function = key.rpartition(".")
+        count = rows.setdefault(module, Counter())
+        count["total"] += entry["mutants"]
+        for status in ("killed", "survived", "no tests", "timeout"):
+            count[status] += len(unspan(entry.get(status, "")))
+        count["checked"] += sum(len(unspan(entry.get(status, ""))) for status in (
+            "killed", "survived", "no tests", "timeout", "skipped", "suspicious", "type check"))
+        count["checked"] += len(entry.get("other", {}))
+        survived = set(unspan(entry.get("survived", "")))
+        for number, (how, changed) in entry.get("lines", {}).items():
+            status = "survived" if int(number) in survived else "no tests"
+            count["text"] += how == "text" and status == "survived"
             if how == "code" or show_text:
-                status = "survived" if code in SURVIVED else "no tests"
-                changed = lines[line - 1].strip() if line else ""
-                survivors.append((module, short, status, how, changed))
-        count["text"] = text
+                survivors.append((module, f"{function}__mutmut_{number}", status, how, changed))
+    totals: Counter[str] = Counter()
+    for count in rows.values():
         totals.update(count)
-        rows.append((module, count))
-    print("| module | mutants | checked | killed | survived (text) | no tests | timeout "
-          "| survival |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for module, c in [*rows, ("**all**", totals)]:
-        alive, checked = c["survived"] + c["no tests"], c["total"] - c["unchecked"]
+    print("| module | mutants | run | killed | survived (text) | no tests | timeout | not run "
+          "| survival |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for module, c in [*sorted(rows.items()), ("**all**", totals)]:
+        alive, checked = c["survived"] + c["no tests"], c["checked"]
         rate = 100 * alive / checked if checked else 0
-        print(f"| `{module}` | {c['total']} | {checked} | {c['killed']} | {c['survived']} "
-              f"({c['text']}) | {c['no tests']} | {c['timeout']} | {rate:.1f}% |")
-    if totals["unchecked"]:
-        print(f"\n{totals['unchecked']} mutants not checked (yet): survival is of those checked.")
+        name = f"`{module.replace('.', '/')}.py`" if module != "**all**" else module
+        print(f"| {name} | {c['total']} | {checked} | {c['killed']} | {c['survived']} "
+              f"({c['text']}) | {c['no tests']} | {c['timeout']} | {c['total'] - checked} "
+              f"| {rate:.1f}% |")
     print("\n| module | mutant | status | kind | the changed line (mutant) |")
     print("| --- | --- | --- | --- | --- |")
-    for module, short, status, how, changed in survivors:
+    for module, short, status, how, changed in sorted(survivors, key=_order):
         cell = changed.replace("|", "\\|")
-        print(f"| `{module}` | `{short}` | {status} | {how} | `{cell}` |")
+        print(f"| `{module.replace('.', '/')}.py` | `{short}` | {status} | {how} | `{cell}` |")
     return 0
 
 
-def _order(name: str) -> tuple[str, int]:
-    base, _, n = name.rpartition("__mutmut_")
-    return base, int(n) if n.isdigit() else 0
+def unspan(text: str) -> list[int]:
+    """``"1-3,5"`` -> ``[1, 2, 3, 5]``."""
+    numbers: list[int] = []
+    for part in filter(None, text.split(",")):
+        a, _, b = part.partition("-")
+        numbers.extend(range(int(a), int(b or a) + 1))
+    return numbers
+
+
+def _order(row: tuple[str, ...]) -> tuple[str, str, int]:
+    base, _, n = row[1].rpartition("__mutmut_")
+    return row[0], base, int(n) if n.isdigit() else 0
 
 
 if __name__ == "__main__":

@@ -1,10 +1,16 @@
 """Unit tests open no network connection: any attempt fails the test loudly (a loader's worker
 processes may still hand torch's shared memory over a local Unix socket). Loaders read from
 a :class:`~aisio.MemoryStore` instead of a cluster (``store=``): the fixtures ``store`` and
-``bucket`` stand for the integration tests' cluster and bucket."""
+``bucket`` stand for the integration tests' cluster and bucket.
+
+Under ``make mutate`` (``scripts/mutate.py`` sets ``AISIO_MUTATION_EXAMPLES``) each property
+test draws at most that many examples, the same ones on every run (``derandomize``): a mutant's
+tests run thousands of times there, and a mutant's verdict must not depend on the draw.
+"""
 
 from __future__ import annotations
 
+import os
 import socket
 from typing import Any
 
@@ -45,3 +51,18 @@ def store(bucket: Bucket) -> MemoryStore:
 def jpeg_shards(store: MemoryStore, bucket: Bucket) -> str:
     """Two shards of 10 (jpg, json, cls) samples; sample s1/0003's JPEG is cut short."""
     return write_jpeg_shards(store, bucket)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    cap = int(os.environ.get("AISIO_MUTATION_EXAMPLES") or 0)
+    if not cap:
+        return
+    from hypothesis import settings
+
+    for item in items:
+        test = getattr(item, "obj", None)
+        given = getattr(test, "_hypothesis_internal_use_settings", None)
+        if given is not None:
+            test._hypothesis_internal_use_settings = settings(
+                given, max_examples=min(given.max_examples, cap), derandomize=True,
+                database=None)

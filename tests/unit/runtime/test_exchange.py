@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 
-from aisio.core.faults.errors import UsageError
+from aisio.core.faults.errors import ClusterError, UsageError
 from aisio.runtime.exchange import StateExchange
 
 
@@ -126,3 +126,62 @@ def test_an_idle_rank_looks_at_the_store_less_and_less_and_often_while_an_ask_is
         answering._answer()  # the answering thread's loop, here
     assert pauses[:10] == [0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.0, 2.0, 2.0, 2.0]
     assert pauses[10:] == [module._POLL] * 4
+
+
+def test_a_loader_that_cannot_give_its_state_fails_the_asking_rank_by_name() -> None:
+    class Broken(Rank):
+        def position_and_state(self) -> tuple[tuple[int, int], dict[str, Any]]:
+            raise RuntimeError("no state here")
+
+    store = dist.HashStore()
+    loaders = [Rank(0), Broken(1)]  # (an exchange holds its loader weakly)
+    exchanges = [StateExchange(dist.PrefixStore("t/", store), rank, 2, loader, timeout=60.0)
+                 for rank, loader in enumerate(loaders)]
+    exchanges[1].start()
+    with pytest.raises(ClusterError, match="rank 1 could not give its loader state: "
+                                           "RuntimeError: no state here"):
+        exchanges[0].gather((0, 3), {"rank": 0})
+
+
+def test_a_rank_that_asked_at_one_step_answers_at_the_next() -> None:
+    """Each rank's answering thread sees every ask, its own ones too (it published its state
+    itself): it goes on answering the asks that follow."""
+    loaders, exchanges = ranks(2)
+    results: dict[int, Any] = {}
+
+    def ask(rank: int) -> None:
+        results[rank] = exchanges[rank].gather((0, 4), {"rank": rank, "at": [0, 4]})
+
+    for loader in loaders:
+        loader.position = (0, 4)
+    threads = [threading.Thread(target=ask, args=(rank,)) for rank in range(2)]
+    for thread in threads:  # both save at step 4
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert results[0] == results[1] == [{"rank": r, "at": [0, 4]} for r in range(2)]
+    for step in (5, 6):  # then rank 0 saves alone; rank 1 waits at a barrier
+        for loader in loaders:
+            loader.position = (0, step)
+        states = exchanges[0].gather((0, step), {"rank": 0, "at": [0, step]})
+        assert states[1] == {"rank": 1, "at": [0, step]}
+
+
+def test_the_answering_thread_has_a_store_connection_of_its_own() -> None:
+    """A store's client is not to be shared between threads (one blocked in a call holds the
+    other's): the answering thread uses a clone where the store can make one."""
+
+    class Cloning:
+        def clone(self) -> Any:
+            return "the clone"
+
+    assert StateExchange(Cloning(), 0, 2, Rank(0))._answer_store == "the clone"
+
+    class Refusing:
+        def clone(self) -> Any:
+            raise RuntimeError("cannot clone")
+
+    store = Refusing()
+    assert StateExchange(store, 0, 2, Rank(0))._answer_store is store
+    plain = object()  # a store without clone()
+    assert StateExchange(plain, 0, 2, Rank(0))._answer_store is plain

@@ -73,3 +73,16 @@ def test_the_callback_tolerates_a_trainer_without_loaders() -> None:
     trainer: Any = SimpleNamespace(train_dataloader=None)
     callback.on_train_epoch_start(trainer, None)
     callback.on_train_batch_end(trainer, None, None, None, 0)
+
+
+def test_the_callback_is_announced_for_its_fit_only() -> None:
+    """Lightning fetches the first batch before ``on_train_start``: the callback announces
+    itself as the fit starts (the loader then follows from that batch) and withdraws at
+    teardown (a later loop in the process, without it, is refused again)."""
+    from aisio.runtime import fetchers
+
+    callback, trainer = TrainedBatches(), SimpleNamespace(train_dataloader=None)
+    callback.on_fit_start(trainer, None)
+    assert fetchers._ANNOUNCED[-1:] == [callback]
+    callback.teardown(trainer, None, "fit")
+    assert callback not in fetchers._ANNOUNCED and None not in fetchers._ANNOUNCED

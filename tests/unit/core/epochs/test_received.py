@@ -34,9 +34,10 @@ def test_a_followed_trainer_counts_only_what_it_trained_on_in_order() -> None:
     received.start()
     received.add(recorder(log, "b0"))
     received.add(recorder(log, "b1"))  # fetched ahead, as Lightning's fetcher does
-    assert log == [] and received.ahead == 2
+    assert log == [] and received.ahead == 2 and received.counted == 0
     received.trained()
     assert log == ["b0"] and received.ahead == 1
+    assert received.counted == 1  # what a state (and its position) covers: b0, not b1
     received.add(recorder(log, "skipped"), batch=False)  # waits behind b1
     received.add(recorder(log, "b2"))
     assert log == ["b0"]
@@ -108,6 +109,7 @@ def test_the_state_covers_the_job_unless_set_to_the_rank_whoever_asks() -> None:
     assert wrapped.state_dict() == {"wrapped": {"rank": "all"}}
     assert gathered == [{"rank": "mine"}] * 3
     loader.state_scope = "rank"
+    assert loader.state_scope == "rank"
     assert loader.state_dict() == {"rank": "mine"} == loader.local_state_dict()
     assert len(gathered) == 3
     with pytest.raises(UsageError, match="state_scope='ranks' must be one of"):

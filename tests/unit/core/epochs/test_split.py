@@ -131,3 +131,34 @@ def test_a_deal_gives_each_rank_its_share_and_each_shard_its_owner(
     deal = Deal(shards, seed, 0, shuffle=True, world=world, resume=progress)
     assert [deal.tasks(rank) for rank in range(world)] == shares
     assert dict(deal) == owners_of(shares)
+
+
+def test_shards_in_progress_without_an_owner_among_the_ranks_are_dealt_in_turn() -> None:
+    """A shard in progress goes back to its owner when the state names one of the ranks now;
+    the others (no owner named, or one that is not a rank: 3 of 3 ranks) are dealt in turn,
+    in the epoch's order, from rank 0 (rank 0 is an owner like any other)."""
+    from aisio.core.epochs.split import Deal
+
+    shards = refs(8)
+    order = [t.index for t in epoch_tasks(shards, 3, 0, shuffle=True)]
+    progress = EpochProgress(shards, 3, 0)
+    for index in order[:5]:
+        progress.record([(index, 0, 10, False)])  # each shard's first sample: in progress
+    progress.world = 3
+    progress.owners = {order[1]: 0, order[2]: 2, order[3]: 1, order[4]: 3}
+    deal = Deal(shards, 3, 0, shuffle=True, world=3, resume=progress)
+    assert [deal[index] for index in order[:5]] == [0, 0, 2, 1, 1]
+    # on another number of ranks every owner is of other ranks: all in turn
+    deal = Deal(shards, 3, 0, shuffle=True, world=2, resume=progress)
+    assert [deal[index] for index in order[:5]] == [0, 1, 0, 1, 0]
+
+
+def test_a_shard_done_or_not_in_the_list_has_no_owner() -> None:
+    from aisio.core.epochs.split import Deal
+
+    shards = refs(6)
+    progress = EpochProgress(shards, 3, 0)
+    progress.record([(2, 0, 10, True)])  # shard 2's only sample: done
+    deal = Deal(shards, 3, 0, shuffle=True, world=2, resume=progress)
+    assert 2 not in deal and 6 not in deal and -1 not in deal
+    assert all(index in deal for index in (0, 1, 3, 4, 5)) and len(deal) == 5

@@ -132,6 +132,7 @@ def test_between_epochs_the_state_is_the_start_of_the_next() -> None:
     list(run)
     state = run.state_dict()
     assert (state["epoch"], state["delivered"], state["partial"], state["done"]) == (1, 0, {}, [])
+    assert state["seed"] == 7 and run.position() == (1, 0)  # (what other ranks are asked at)
     loaded = loader()
     loaded.load_state_dict(state)
     assert loaded.epoch == 1 and {**loaded.state_dict(), "base": None} == state
@@ -231,3 +232,84 @@ def test_a_stop_of_uneven_drop_counts_the_samples_this_rank_dropped() -> None:
     assert len(got) == 6
     assert sync.told == [(0, sum(SIZES) - 6)]  # the rest of the epoch
 
+
+
+def test_a_stop_of_uneven_drop_counts_no_skipped_sample_as_dropped() -> None:
+    """What a rank held past the stop counts its samples, not the positions of samples that
+    were skipped (those would never have been trained on)."""
+    skip = frozenset({"1/0", "1/1", "4/5", "3/2"})
+    sync = StopAt(1)
+    run = ResumableLoader(SHARDS, seed=7, open_epoch=open_epoch(7, batch=2, skip=skip),
+                          sync=sync)
+    got = flat(list(run))
+    assert len(got) == 2
+    assert sync.told == [(0, sum(SIZES) - len(skip) - len(got))]
+
+
+def test_a_state_names_the_content_and_the_rank_of_each_shard_in_progress() -> None:
+    """What a resume checks and keeps: the content each shard in progress had when its reader
+    read it (a changed shard is refused on resume) and, under several ranks, the rank that
+    reads it (the deal: a resume gives the shard back to it), before and after a resume."""
+    from aisio.core.epochs.split import Deal
+
+    def opened(epoch: int, state: dict[str, Any] | None) -> Iterator[Delivery]:
+        for delivery in open_epoch(7, rank=0, world=2)(epoch, state):
+            shards = {position[0] for position in delivery.positions}
+            yield Delivery(delivery.value, delivery.positions, empty=delivery.empty,
+                           versions={shard: f"v{shard}" for shard in shards})
+
+    run = ResumableLoader(SHARDS, seed=7, open_epoch=opened, world=2)
+    iterator = iter(run)
+    next(iterator)
+    state = run.local_state_dict()
+    deal = Deal(SHARDS, 7, 0, shuffle=True, world=2)
+    assert state["world"] == 2 and state["owners"] and state["seed"] == 7
+    assert state["owners"] == {shard: deal[int(shard)] for shard in state["owners"]}
+    assert state["versions"] == {shard: f"v{shard}" for shard in state["owners"]}
+    resumed = ResumableLoader(SHARDS, seed=7, open_epoch=opened, world=2)
+    resumed.load_state_dict(json.loads(json.dumps(state)))
+    next(iter(resumed))
+    again = resumed.local_state_dict()
+    deal = Deal(SHARDS, 7, 0, shuffle=True, world=2, resume=state)
+    assert again["owners"] == {shard: deal[int(shard)] for shard in again["owners"]}
+    assert again["versions"] == {shard: f"v{shard}" for shard in again["owners"]}
+    other = ResumableLoader(SHARDS, seed=7, open_epoch=opened, world=3)  # on 3 ranks now
+    other.load_state_dict(json.loads(json.dumps(state)))
+    next(iter(other))
+    deal = Deal(SHARDS, 7, 0, shuffle=True, world=3, resume=state)
+    assert other.local_state_dict()["owners"] == {
+        shard: deal[int(shard)] for shard in other.local_state_dict()["owners"]}
+
+
+def test_skipped_samples_are_no_batch_to_a_trainer_that_reports_its_steps() -> None:
+    """Under a trainer that reports each step trained (Lightning's callback), a state after
+    k steps is a plain loop's after k batches: skipped samples count as no step, and the
+    content their shards had is kept with them."""
+    skip = frozenset({"1/0", "1/1", "4/5", "3/2", "0/0"})
+
+    def opened(epoch: int, state: dict[str, Any] | None) -> Iterator[Delivery]:
+        for delivery in open_epoch(7, skip=skip)(epoch, state):
+            shards = {position[0] for position in delivery.positions}
+            yield Delivery(delivery.value, delivery.positions, empty=delivery.empty,
+                           versions={shard: f"v{shard}" for shard in shards})
+
+    plain = ResumableLoader(SHARDS, seed=7, open_epoch=opened)
+    followed = ResumableLoader(SHARDS, seed=7, open_epoch=opened)
+    followed.follow_trainer()
+    for steps, (a, b) in enumerate(zip(plain, followed, strict=True), start=1):
+        assert a == b
+        followed.trained()
+        assert followed.local_state_dict() == plain.local_state_dict()
+        assert followed.position() == plain.position() == (0, steps)
+
+
+def test_each_epoch_asks_the_trainer_check_before_its_first_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop calls the check of a trainer that fetches ahead (aisio.runtime.fetchers, which
+    refuses Lightning's loop without aisio's callback) as each epoch starts."""
+    from aisio.core.epochs import received as hooks
+
+    asked: list[Any] = []
+    monkeypatch.setattr(hooks, "check_iteration", asked.append)
+    run = loader()
+    assert flat(list(run)) and asked == [run]
