@@ -107,21 +107,16 @@ def test_an_idle_rank_looks_at_the_store_less_and_less_and_often_while_an_ask_is
     answering = StateExchange(dist.PrefixStore("t/", store), 1, 2, loader)
     pauses: list[float] = []
 
-    class Clock:
-        @staticmethod
-        def monotonic() -> float:
-            return 0.0
+    def pause(seconds: float) -> bool:  # the thread's wait between looks (False: not stopped)
+        pauses.append(seconds)
+        if len(pauses) == 10:  # rank 0 asks for step 5 of epoch 0
+            asker = dist.PrefixStore("t/", store)
+            asker.set(f"ask/{int(asker.add('asks', 1))}", json.dumps([0, 5]))
+        if len(pauses) == 14:
+            raise Stop
+        return False
 
-        @staticmethod
-        def sleep(seconds: float) -> None:
-            pauses.append(seconds)
-            if len(pauses) == 10:  # rank 0 asks for step 5 of epoch 0
-                asker = dist.PrefixStore("t/", store)
-                asker.set(f"ask/{int(asker.add('asks', 1))}", json.dumps([0, 5]))
-            if len(pauses) == 14:
-                raise Stop
-
-    monkeypatch.setattr(module, "time", Clock)
+    monkeypatch.setattr(answering._stop, "wait", pause)
     with pytest.raises(Stop):
         answering._answer()  # the answering thread's loop, here
     assert pauses[:10] == [0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.0, 2.0, 2.0, 2.0]
@@ -185,3 +180,13 @@ def test_the_answering_thread_has_a_store_connection_of_its_own() -> None:
     assert StateExchange(store, 0, 2, Rank(0))._answer_store is store
     plain = object()  # a store without clone()
     assert StateExchange(plain, 0, 2, Rank(0))._answer_store is plain
+
+
+def test_stop_ends_the_answering_thread_at_once() -> None:
+    """At exit (atexit) the thread is stopped and joined, not left inside a call of the store
+    as the interpreter tears down (a 2-rank job aborted so)."""
+    loader = Rank(1)
+    exchange = StateExchange(dist.PrefixStore("s/", dist.HashStore()), 1, 2, loader)
+    exchange.start()
+    exchange.stop()
+    assert exchange._thread is not None and not exchange._thread.is_alive()
