@@ -41,6 +41,16 @@ _POLL = 0.02
 _IDLE = 2.0
 
 
+#: The exchanges whose answering thread runs (held weakly), stopped at exit by one handler.
+_ANSWERING: weakref.WeakSet[StateExchange] = weakref.WeakSet()
+_STOP_AT_EXIT = False
+
+
+def _stop_all() -> None:
+    for exchange in list(_ANSWERING):
+        exchange.stop()
+
+
 class StateExchange:
     """Every rank's state of one loader at a position (see the module's doc).
 
@@ -103,8 +113,13 @@ class StateExchange:
                 self._thread.start()
                 # Ended before the interpreter tears down: a daemon thread left inside a call
                 # of torch's store as the process exits can abort it ("terminate called
-                # without an active exception", seen in 2-rank jobs).
-                atexit.register(self.stop)
+                # without an active exception", seen in 2-rank jobs). One handler for all,
+                # holding none: an exchange whose loader is gone is not kept to the end.
+                global _STOP_AT_EXIT
+                if not _STOP_AT_EXIT:
+                    atexit.register(_stop_all)
+                    _STOP_AT_EXIT = True
+                _ANSWERING.add(self)
 
     def stop(self) -> None:
         """Ends the answering thread (at exit; it also ends with the loader or the store)."""

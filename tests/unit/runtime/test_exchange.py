@@ -190,3 +190,13 @@ def test_stop_ends_the_answering_thread_at_once() -> None:
     exchange.start()
     exchange.stop()
     assert exchange._thread is not None and not exchange._thread.is_alive()
+
+
+def test_the_exit_handler_stops_every_answering_thread() -> None:
+    from aisio.runtime import exchange as module
+
+    loader = Rank(1)
+    exchange = StateExchange(dist.PrefixStore("x/", dist.HashStore()), 1, 2, loader)
+    exchange.start()
+    module._stop_all()  # what atexit runs
+    assert exchange._thread is not None and not exchange._thread.is_alive()
