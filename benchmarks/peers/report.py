@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -254,18 +255,24 @@ def across(report: dict[str, Any]) -> list[dict[str, Any]]:
         for key in ("epoch1_per_s", "epoch2_per_s"):
             rates = {s: [_rate(by_net, n, s, key) for n in nets] for s in systems}
             entry["rates"][key] = rates
-            ours = [max((r for s, rs in rates.items() if _is_aisio(s) and s != "aisio-cache"
-                         for r in [rs[i]] if r is not None), default=None)
-                    for i in range(len(nets))]
-            peer = [max((r for s, rs in rates.items() if not _is_aisio(s)
-                         for r in [rs[i]] if r is not None), default=None)
-                    for i in range(len(nets))]
+            ours = _best_per_network(rates, lambda s: _is_aisio(s) and s != "aisio-cache")
+            peer = _best_per_network(rates, lambda s: not _is_aisio(s))
             entry["aisio_vs_peer"][key] = [None if a is None or not p else a / p
                                            for a, p in zip(ours, peer, strict=True)]
             entry["aisio_kept"][key] = [None if a is None or not ours[0] else a / ours[0]
                                         for a in ours]
         out.append(entry)
     return out
+
+
+def _best_per_network(rates: dict[str, list[float | None]],
+                      chosen: Callable[[str], bool]) -> list[float | None]:
+    """Returns, per network, the highest rate of the chosen readers (None: none read there)."""
+    rows = [r for s, r in rates.items() if chosen(s)]
+    if not rows:
+        return [None] * len(next(iter(rates.values()), []))
+    return [max((r for r in column if r is not None), default=None)
+            for column in zip(*rows, strict=True)]
 
 
 def _rate(by_net: dict[str, dict[str, dict[str, Any]]], network: str, system: str,
