@@ -46,15 +46,20 @@ check: lint
 # test-td09 and test-td011 alone each run everything their environment collects.
 # --durations: the slowest tests, in every CI log (make test has a 12-minute budget)
 RAN := .pytest_cache/aisio/ran-td09.txt
+# Two pytest-xdist workers, each test file whole on one of them (its module fixtures, a cluster
+# or an upload, made once): the suite waits on its AIStore and its subprocesses more than it
+# computes, so two files at a time fit in this machine's 2 cores. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test-td09: setup
-	$(PY) -m pytest --durations=30 --ignore=tests/docs -m "not long" --record-ran=$(RAN)
+	$(PY) -m pytest $(XDIST) --durations=30 --ignore=tests/docs -m "not long" --record-ran=$(RAN)
 
 test-td011: setup
-	$(PY_TD011) -m pytest --durations=30 --ignore=tests/docs -m "not long"
+	$(PY_TD011) -m pytest $(XDIST) --durations=30 --ignore=tests/docs -m "not long"
 
 test: lint docs test-td09
-	$(PY_TD011) -m pytest --durations=30 --ignore=tests/docs -m "not long" --once-ran-in=$(RAN)
+	$(PY_TD011) -m pytest $(XDIST) --durations=30 --ignore=tests/docs -m "not long" --once-ran-in=$(RAN)
 
 # Everything marked long (the trainer matrix and its random property run, the benchmark suite's
 # smoke run, the node with ETL support, the exit-traceback checks), by hand.

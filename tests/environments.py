@@ -38,6 +38,7 @@ import pytest
 TORCHDATA_LOADERS = frozenset({"dataloader2", "dl2", "stateful", "nodes"})
 
 _HEADER = "# aisio: tests that ran, with "
+_OUTPUT = "aisio-environments"  # a worker's summary, in its xdist workeroutput
 
 
 def depends_on_torchdata(marked: bool, param_id: str | None) -> bool:
@@ -99,11 +100,15 @@ class Passes:
     """Selects this pass's tests, and records the ones that ran (see the module's doc)."""
 
     def __init__(self, config: pytest.Config) -> None:
+        self.config = config
         self.record: Path | None = config.getoption("--record-ran")
         self.source: Path | None = config.getoption("--once-ran-in")
         self.ran: set[str] = set()
         self.summary = ""
-        if self.record is not None:
+        # Under pytest-xdist (make test's -n) each worker collects and selects alike, and the
+        # controller, which sees every worker's reports, keeps the record.
+        self.worker = hasattr(config, "workerinput")
+        if self.record is not None and not self.worker:
             self.record.unlink(missing_ok=True)  # a pass that stops early leaves no stale one
 
     @pytest.hookimpl(trylast=True)
@@ -146,7 +151,15 @@ class Passes:
         if report.when == "call" and (not report.skipped or hasattr(report, "wasxfail")):
             self.ran.add(report.nodeid)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: object, error: object) -> None:
+        """(xdist, on the controller) A worker's summary of its selection, to print."""
+        self.summary = self.summary or getattr(node, "workeroutput", {}).get(_OUTPUT, "")
+
     def pytest_sessionfinish(self, exitstatus: int) -> None:
+        if self.worker:
+            self.config.workeroutput[_OUTPUT] = self.summary  # type: ignore[attr-defined]
+            return
         if self.record is None or exitstatus == pytest.ExitCode.INTERRUPTED:
             return
         self.record.parent.mkdir(parents=True, exist_ok=True)

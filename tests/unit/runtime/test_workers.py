@@ -165,7 +165,9 @@ def test_forking_leaves_the_users_own_freeze_alone() -> None:
         frozen = gc.get_freeze_count()
         with forking():
             pass
-        assert gc.get_freeze_count() >= frozen > 0
+        # Frozen objects may still die meanwhile (another thread's: pytest-xdist's), so the
+        # count may fall a little; forking() undoing the user's freeze would make it 0.
+        assert gc.get_freeze_count() > frozen // 2 > 0
     finally:
         gc.unfreeze()
 
