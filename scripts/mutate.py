@@ -41,17 +41,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mutation_report  # (this directory's)
 
 KEPT = mutation_report.KEPT
+#: kept for a mutant that changes only a message's text (``mutation_report.kind``): not run
+#: unless ``--messages`` (no sample is delivered, skipped or counted by a message)
+MESSAGE = 38
 LOG = Path("mutants/mutate.log")
 #: mutmut's exit codes, as kept (a mutant interrupted by the budget, or killed by a signal
 #: from outside, has no result: it is run again)
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests",
           24: "timeout", -24: "timeout", 36: "timeout", 152: "timeout", 255: "timeout",
-          34: "skipped", 35: "suspicious", 37: "type check"}
+          34: "skipped", 35: "suspicious", 37: "type check", MESSAGE: "message"}
 #: the bounded profile: each property test's examples under mutation, at most (the same ones
 #: every run). A survivor that only a longer draw would kill is a test to write: the draw in
 #: make test is random, a kept result must not be.
 EXAMPLES = 30
-ORDER = ("killed", "survived", "no tests", "timeout", "skipped", "suspicious", "type check")
+ORDER = ("killed", "survived", "no tests", "timeout", "skipped", "suspicious", "type check",
+         "message")
 
 
 def main() -> int:
@@ -60,6 +64,8 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=3600.0, help="seconds, at most")
     parser.add_argument("--again", action="store_true", help="even where a result is kept")
     parser.add_argument("--list", action="store_true", help="print what is to do, run nothing")
+    parser.add_argument("--messages", action="store_true",
+                        help="run the mutants that change only a message's text too")
     parser.add_argument("--examples", type=int, default=EXAMPLES,
                         help="property tests' examples, at most (0: as the tests say)")
     args = parser.parse_args()
@@ -72,14 +78,17 @@ def main() -> int:
             if (code is None or args.again)
             and (not args.patterns or any(fnmatch.fnmatch(name, p) for p in args.patterns))]
     total = len(all_mutants(records))
-    print(f"{total} mutants in scope, {restored} with a kept result, {len(todo)} to run now")
+    messages = set() if args.messages else messages_only(records, todo)
+    todo = [name for name in todo if name not in messages]
+    print(f"{total} mutants in scope, {restored} with a kept result, {len(messages)} that "
+          f"change only a message kept as such, {len(todo)} to run now")
     if args.list:
         print("\n".join(todo))
         return 0
     if todo:
         run(todo, args.budget - (time.monotonic() - start), args.examples)
     records = read_records()
-    finished = save_kept(records, kept, set(todo))
+    finished = save_kept(records, kept, set(todo), dict.fromkeys(messages, MESSAGE))
     left = total - sum(len(entry["codes"]) for entry in kept.values())
     print(f"{finished} of the {len(todo)} run have a result; {left} of {total} have none yet "
           f"({time.monotonic() - start:.0f} s)")
@@ -133,6 +142,27 @@ def all_mutants(records: Records) -> dict[str, tuple[str, int | None]]:
     """Every mutant's name: its file and its result in mutmut's records (None: none)."""
     return {name: (path, code) for path, record in records.items()
             for name, code in record["exit_code_by_key"].items()}
+
+
+def messages_only(records: Records, names: list[str]) -> set[str]:
+    """The mutants of ``names`` that change only a message's text (``mutation_report.kind``,
+    on mutmut's mutated copy of their file)."""
+    paths = all_mutants(records)
+    found: set[str] = set()
+    by_path: dict[str, list[str]] = {}
+    for name in names:
+        by_path.setdefault(paths[name][0], []).append(name)
+    for path, group in by_path.items():
+        functions = mutation_report.functions(ast.parse((Path("mutants") / path).read_text()))
+        for name in group:
+            function = function_of(name)[1]
+            number = name.rpartition("__mutmut_")[2]
+            original = functions.get(f"{function}__mutmut_orig")
+            mutant = functions.get(f"{function}__mutmut_{number}")
+            if original is not None and mutant is not None and (
+                    mutation_report.kind(original, mutant)[0] == "text"):
+                found.add(name)
+    return found
 
 
 def function_of(name: str) -> tuple[str, str]:
@@ -206,10 +236,12 @@ def run(names: list[str], budget: float, examples: int) -> None:
                 process.wait()
 
 
-def save_kept(records: Records, kept: dict[str, Any], ran: set[str]) -> int:
-    """Writes the results of the mutants in ``ran`` that finished into the kept file, and
-    keeps there only the functions now in scope (under their module now); returns how many
-    finished."""
+def save_kept(records: Records, kept: dict[str, Any], ran: set[str],
+              decided: dict[str, int] | None = None) -> int:
+    """Writes the results of the mutants in ``ran`` that finished, and those ``decided``
+    without a run (name -> code), into the kept file, and keeps there only the functions now
+    in scope (under their module now); returns how many finished."""
+    decided = decided or {}
     previous = dict(kept)
     by_hash = {(key.rpartition(".")[2], entry["hash"]): entry for key, entry in kept.items()}
     kept.clear()
@@ -218,7 +250,7 @@ def save_kept(records: Records, kept: dict[str, Any], ran: set[str]) -> int:
         hashes = record["hash_by_function_name"]
         functions: dict[str, ast.FunctionDef] = {}
         lines: list[str] = []
-        if any(name in ran for name in record["exit_code_by_key"]):
+        if (Path("mutants") / path).exists():  # every survivor's line, classified as now
             mutated = (Path("mutants") / path).read_text()
             functions = mutation_report.functions(ast.parse(mutated))
             lines = mutated.splitlines()
@@ -235,11 +267,15 @@ def save_kept(records: Records, kept: dict[str, Any], ran: set[str]) -> int:
             entry = kept[key]
             entry["mutants"] += 1
             number = name.rpartition("__mutmut_")[2]
+            if name in decided:
+                entry["codes"][number] = decided[name]
+                continue
             status = STATUS.get(code) if code is not None else None
             if name in ran and status is not None:
                 entry["codes"][number] = code
                 finished += 1
-            if entry["codes"].get(number) in (0, 5, 33) and name in ran:
+            if (entry["codes"].get(number) in (0, 5, 33)
+                    and f"{function}__mutmut_{number}" in functions):
                 how, line = mutation_report.kind(functions[f"{function}__mutmut_orig"],
                                                  functions[f"{function}__mutmut_{number}"])
                 entry["lines"][number] = [how, lines[line - 1].strip() if line else ""]

@@ -5,8 +5,9 @@ Per module: mutants made, run, killed, survived, not reached by a test, timed ou
 yet, and the survival rate. Then every survivor, with the line it changed (as kept when it was
 run), sorted into two kinds:
 
-- ``text``: only a message changed (a string inside a ``raise``, a warning or a log call, or
-  anything inside an f-string); no sample depends on one;
+- ``text``: only a message changed (a string, or anything inside an f-string, where it is
+  the text of a ``raise``, a warning, a log call or a variable named as a message); no sample
+  depends on one;
 - ``code``: anything else. Each of these is either killed by a test or explained in
   docs/mutation.md.
 
@@ -62,9 +63,10 @@ def differences(a: Any, b: Any, parents: tuple[Any, ...] = ()) -> list[Differenc
 
 
 def is_message(parents: list[ast.AST]) -> bool:
-    """Whether a string under these ancestors is the text of a message."""
+    """Whether a string under these ancestors is the text of a message (an f-string is one
+    only where it is a message: ``random.Random(f"{seed}:...")`` makes a seed, not a text)."""
     for node in reversed(parents):
-        if isinstance(node, (ast.Raise, ast.JoinedStr)):
+        if isinstance(node, ast.Raise):
             return True
         if isinstance(node, ast.Call):
             func = node.func
@@ -87,13 +89,18 @@ def kind(original: ast.FunctionDef, mutant: ast.FunctionDef) -> tuple[str, int]:
         line = next((n.lineno for n in nodes if hasattr(n, "lineno")), 0)
         if line:
             break
-    text = bool(found) and all(
-        any(isinstance(pa, ast.JoinedStr) for pa, _ in parents)  # inside an f-string's text
-        or (isinstance(a, str) and isinstance(b, str) and parents
-            and isinstance(parents[-1][0], ast.Constant)
-            and is_message([pa for pa, _ in parents]))
-        for a, b, parents in found)
+    text = bool(found) and all(_in_message(a, b, parents) for a, b, parents in found)
     return ("text" if text else "code"), line
+
+
+def _in_message(a: Any, b: Any, parents: tuple[Any, ...]) -> bool:
+    """Whether one difference changes only a message: a string, or anything inside an
+    f-string, where the string is a message's text."""
+    ancestors = [pa for pa, _ in parents]
+    in_fstring = any(isinstance(node, ast.JoinedStr) for node in ancestors)
+    string = (isinstance(a, str) and isinstance(b, str) and bool(ancestors)
+              and isinstance(ancestors[-1], ast.Constant))
+    return (in_fstring or string) and is_message(ancestors)
 
 
 def main() -> int:
@@ -111,6 +118,7 @@ def main() -> int:
             count[status] += len(unspan(entry.get(status, "")))
         count["checked"] += sum(len(unspan(entry.get(status, ""))) for status in (
             "killed", "survived", "no tests", "timeout", "skipped", "suspicious", "type check"))
+        count["message"] += len(unspan(entry.get("message", "")))
         count["checked"] += len(entry.get("other", {}))
         survived = set(unspan(entry.get("survived", "")))
         for number, (how, changed) in entry.get("lines", {}).items():
@@ -121,15 +129,16 @@ def main() -> int:
     totals: Counter[str] = Counter()
     for count in rows.values():
         totals.update(count)
-    print("| module | mutants | run | killed | survived (text) | no tests | timeout | not run "
-          "| survival |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| module | mutants | run | killed | survived (text) | no tests | timeout "
+          "| message only | not run | survival |\n"
+          "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for module, c in [*sorted(rows.items()), ("**all**", totals)]:
         alive, checked = c["survived"] + c["no tests"], c["checked"]
         rate = 100 * alive / checked if checked else 0
         name = f"`{module.replace('.', '/')}.py`" if module != "**all**" else module
         print(f"| {name} | {c['total']} | {checked} | {c['killed']} | {c['survived']} "
-              f"({c['text']}) | {c['no tests']} | {c['timeout']} | {c['total'] - checked} "
-              f"| {rate:.1f}% |")
+              f"({c['text']}) | {c['no tests']} | {c['timeout']} | {c['message']} "
+              f"| {c['total'] - checked - c['message']} | {rate:.1f}% |")
     print("\n| module | mutant | status | kind | the changed line (mutant) |")
     print("| --- | --- | --- | --- | --- |")
     for module, short, status, how, changed in sorted(survivors, key=_order):
