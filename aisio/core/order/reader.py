@@ -30,8 +30,6 @@ from typing import IO, Any
 from aisio.core.epochs.progress import ShardTask
 from aisio.core.faults.errors import AISIOError, ObjectChangedError
 from aisio.core.faults.policy import ErrorPolicy
-from aisio.core.format.samples import group_samples_with_end
-from aisio.core.format.tar import iter_tar
 from aisio.core.order.streams import DelayBuffer, Input, OrderPlan, entry_versions
 from aisio.core.pipeline.parse import drain, task_samples
 from aisio.core.store.client import content_id
@@ -173,19 +171,21 @@ def refill(buffer: DelayBuffer[Any], spans: Sequence[Sequence[int]],
         url = ref.uri()
         left = _wanted(span)
         stream = open(ref, start=start, expect=(versions or {}).get(index))
-        members = iter_tar(stream, url=url, start_offset=start)  # a generator: closed below
+        samples = task_samples(ShardTask(index, ref, start, ordinal), stream)  # closed below
         try:
             begin = start
-            for sample, end in group_samples_with_end(members, url=url):
-                if ordinal in left:
-                    left.discard(ordinal)
-                    position: Input = (index, ordinal, begin, end, False, n_base + ordinal)
-                    buffer.hold(n_base + ordinal, (position, sample))
+            for sample in samples:
+                _, at, end, _ = sample.pop(POSITION)
+                sample.pop(VERSION, None)
+                if at in left:
+                    left.discard(at)
+                    position: Input = (index, at, begin, end, False, n_base + at)
+                    buffer.hold(n_base + at, (position, sample))
                     if not left:
                         break
-                begin, ordinal = end, ordinal + 1
+                begin = end
         finally:
-            members.close()  # type: ignore[attr-defined]
+            samples.close()  # type: ignore[attr-defined]
             stream.close()
         if left:
             raise _changed(url, min(left), start)

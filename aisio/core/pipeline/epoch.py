@@ -76,11 +76,17 @@ def stage(spec: PipelineSpec, samples: Iterable[Any]) -> Iterator[Any]:
     return map(positioned, samples)
 
 
+def dropped(triples: Iterable[Placed]) -> list[Placed]:
+    """The samples of a batch that ``drop_last=True`` drops, as skipped ones: their
+    positions still travel to the training loop, so the epoch's record stays complete (the
+    one rule of :func:`drop_last` and :class:`BatchStage`)."""
+    return [(SKIPPED, position, version) for _, position, version in triples]
+
+
 def drop_last(triples: Iterable[Placed], batch_size: int) -> Iterator[Placed]:
     """Passes ``(value, position, version)`` triples on, except that the samples of this
-    reader's last, incomplete batch (fewer than ``batch_size`` kept samples) become skipped
-    ones: their positions still travel to the training loop, so the epoch's record stays
-    complete."""
+    reader's last, incomplete batch (fewer than ``batch_size`` kept samples) are
+    :func:`dropped`."""
     held: list[Placed] = []
     kept = 0
     for item in triples:
@@ -90,7 +96,7 @@ def drop_last(triples: Iterable[Placed], batch_size: int) -> Iterator[Placed]:
             if kept == batch_size:
                 yield from held
                 held, kept = [], 0
-    yield from ((SKIPPED, position, version) for _, position, version in held)
+    yield from dropped(held)
 
 
 def deliver(spec: PipelineSpec, triples: Iterable[Any], *, shards: Sequence[ObjectRef] = (),
@@ -153,8 +159,8 @@ class BatchStage:
                 placed.append(self.stage(item))
         except AISIOError as exc:
             return Failure.of(exc)
-        if self.short and len(placed) < self.short:
-            placed = [(SKIPPED, position, version) for _, position, version in placed]
+        if self.short and len(placed) < self.short:  # the framework's last batch (only it
+            placed = dropped(placed)                 # is cut short by the batcher)
         collate: Any = None
         if self.collate is not None:
             names = [sample_name(self.shards, item[1]) for item in placed if is_kept(item[0])]
@@ -283,4 +289,4 @@ class ResampledReader:
 
 
 __all__ = ["BatchStage", "Collate", "FastReader", "ResampledReader", "deliver", "drop_last",
-           "read_epoch", "reader_rng", "samples_of", "shuffle", "stage"]
+           "dropped", "read_epoch", "reader_rng", "samples_of", "shuffle", "stage"]
