@@ -77,13 +77,15 @@ test-trainers: setup
 # one change at a time, in a copy of the checkout (mutants/), and runs the unit tests that reach
 # each change; a change no test notices survives. scripts/mutate.py runs only the mutants with no
 # result kept in docs/mutation/results.json (keyed by each function's source: a changed function
-# is run again) and writes theirs back, so each run continues the last; commit that file. One
-# worker under nice (the machine is shared), at most MUTATE_BUDGET seconds a run. MUTANTS narrows
+# is run again) and writes theirs back, so each run continues the last; commit that file. A
+# mutant that changes only a message's text is kept as such, not run. MUTATE_WORKERS (default
+# 1) under nice (the machine is shared), at most MUTATE_BUDGET seconds a run. MUTANTS narrows
 # it, e.g. MUTANTS='aisio.core.faults.policy.*'; MUTATE_AGAIN=1 runs those even if kept (a
 # survivor, after its test). Then the tables: scripts/mutation_report.py; docs/mutation.md.
 MUTATE_BUDGET ?= 3600
+MUTATE_WORKERS ?= 1
 MUTANTS ?=
 MUTATE_AGAIN ?=
 mutate: setup
-	nice -n 19 $(PY) scripts/mutate.py --budget $(MUTATE_BUDGET) $(if $(MUTATE_AGAIN),--again) $(MUTANTS)
+	nice -n 19 $(PY) scripts/mutate.py --budget $(MUTATE_BUDGET) --workers $(MUTATE_WORKERS) $(if $(MUTATE_AGAIN),--again) $(MUTANTS)
 	$(PY) scripts/mutation_report.py

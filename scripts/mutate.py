@@ -64,6 +64,8 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=3600.0, help="seconds, at most")
     parser.add_argument("--again", action="store_true", help="even where a result is kept")
     parser.add_argument("--list", action="store_true", help="print what is to do, run nothing")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="mutants run at once (mutmut's --max-children)")
     parser.add_argument("--messages", action="store_true",
                         help="run the mutants that change only a message's text too")
     parser.add_argument("--examples", type=int, default=EXAMPLES,
@@ -86,7 +88,7 @@ def main() -> int:
         print("\n".join(todo))
         return 0
     if todo:
-        run(todo, args.budget - (time.monotonic() - start), args.examples)
+        run(todo, args.budget - (time.monotonic() - start), args.examples, args.workers)
     records = read_records()
     finished = save_kept(records, kept, set(todo), dict.fromkeys(messages, MESSAGE))
     left = total - sum(len(entry["codes"]) for entry in kept.values())
@@ -215,13 +217,13 @@ def restore(records: Records, kept: dict[str, Any]) -> int:
     return count
 
 
-def run(names: list[str], budget: float, examples: int) -> None:
-    """``mutmut run`` of ``names``, one worker, stopped after ``budget`` seconds; property
-    tests draw at most ``examples`` (tests/unit/conftest.py)."""
+def run(names: list[str], budget: float, examples: int, workers: int = 1) -> None:
+    """``mutmut run`` of ``names`` in ``workers`` processes, stopped after ``budget`` seconds;
+    property tests draw at most ``examples`` (tests/unit/conftest.py)."""
     print(f"running {len(names)} mutants for at most {budget:.0f} s (log: {LOG})", flush=True)
     with LOG.open("a") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "mutmut", "run", "--max-children", "1", *names],
+            [sys.executable, "-m", "mutmut", "run", "--max-children", str(workers), *names],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "AISIO_MUTATION_EXAMPLES": str(examples)})
         try:
