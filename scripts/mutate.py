@@ -176,7 +176,7 @@ def function_of(name: str) -> tuple[str, str]:
 
 #: the exit code kept for each status (the file keeps statuses)
 CODE = {"killed": 1, "survived": 0, "no tests": 33, "timeout": 36, "skipped": 34,
-        "suspicious": 35, "type check": 37}
+        "suspicious": 35, "type check": 37, "message": MESSAGE}
 
 
 def load_kept() -> dict[str, Any]:
