@@ -65,6 +65,24 @@ def test_a_rank_that_went_on_without_asking_is_named_at_once() -> None:
     assert "state_scope" in str(caught.value)
 
 
+def test_a_state_of_one_epoch_never_answers_for_the_same_batch_of_the_next() -> None:
+    """Rank 1's state at batch 4 of epoch 0 is still in the store when rank 0 asks for batch 4
+    of epoch 1, and rank 1 is not there yet: rank 0 waits for it (taking the old one would
+    checkpoint rank 1 an epoch back: its samples trained again on resume)."""
+    loaders, exchanges = ranks(2)
+    for loader in loaders:
+        loader.position = (0, 4)
+    exchanges[0].gather((0, 4), {"rank": 0, "at": [0, 4]})
+    loaders[1].position = (1, 3)
+    timer = threading.Timer(0.3, lambda: setattr(loaders[1], "position", (1, 4)))
+    timer.start()
+    try:
+        states = exchanges[0].gather((1, 4), {"rank": 0, "at": [1, 4]})
+    finally:
+        timer.join()
+    assert states[1] == {"rank": 1, "at": [1, 4]}
+
+
 def test_a_rank_that_finished_the_epoch_gives_its_final_state() -> None:
     loaders, exchanges = ranks(2)
     exchanges[1].finished(1, {"rank": 1, "final": True})
