@@ -88,4 +88,4 @@ MUTANTS ?=
 MUTATE_AGAIN ?=
 mutate: setup
 	nice -n 19 $(PY) scripts/mutate.py --budget $(MUTATE_BUDGET) --workers $(MUTATE_WORKERS) $(if $(MUTATE_AGAIN),--again) $(MUTANTS)
-	$(PY) scripts/mutation_report.py
+	$(PY) scripts/mutation_report.py --page > docs/mutation/report.md

@@ -49,6 +49,9 @@ LOG = Path("mutants/mutate.log")
 #: from outside, has no result: it is run again)
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests",
           24: "timeout", -24: "timeout", 36: "timeout", 152: "timeout", 255: "timeout",
+          # (-9: SIGKILLed by mutmut's runner past its time limit, e.g. a test left waiting on
+          # a rank that never answers: mutmut calls it a segfault; the tests did not pass)
+          -9: "timeout",
           34: "skipped", 35: "suspicious", 37: "type check", MESSAGE: "message"}
 #: the bounded profile: each property test's examples under mutation, at most (the same ones
 #: every run). A survivor that only a longer draw would kill is a test to write: the draw in

@@ -11,7 +11,9 @@ run), sorted into two kinds:
 - ``code``: anything else. Each of these is either killed by a test or explained in
   docs/mutation.md.
 
-Usage: .venv/bin/python scripts/mutation_report.py [--all]  (--all: list text survivors too)
+Usage: .venv/bin/python scripts/mutation_report.py [--all] [--page]  (--all: list text
+survivors too; --page: as the docs site's page, docs/mutation/report.md, which make mutate
+writes)
 """
 
 from __future__ import annotations
@@ -108,6 +110,11 @@ def main() -> int:
     if not KEPT.exists():
         print(f"no results in {KEPT}: run `make mutate` first", file=sys.stderr)
         return 1
+    if "--page" in sys.argv:
+        print("# Mutation results, as kept\n\nWritten by `scripts/mutation_report.py --page` "
+              "(`make mutate`) from `docs/mutation/results.json`: every mutant's last result, "
+              "for the sources as they are. What each survivor means: "
+              "[Mutation testing](../mutation.md).\n")
     rows: dict[str, Counter[str]] = {}
     survivors = []
     for key, entry in json.loads(KEPT.read_text(encoding="utf-8"))["functions"].items():
