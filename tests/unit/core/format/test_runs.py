@@ -388,6 +388,21 @@ def test_labels_of_nineteen_digits_are_read_as_int_reads_them() -> None:
     assert runs[2] >= 20  # the labels came in a run, read whole
 
 
+def test_labels_read_in_a_run_are_ints_as_the_per_member_path_gives() -> None:
+    """A run's labels are Python ints, of the type ``int()`` gives: ``==`` cannot tell 3.0
+    from 3, but a batch collates floats into a float tensor (class ids must stay integers)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(40):
+            _add(tar, f"s{i:05d}.jpg", bytes([i]) * 50)
+            _add(tar, f"s{i:05d}.cls", str(i * 7).encode())
+    reference, runs = _both(out.getvalue(), 1 << 20, ("__key__", "cls"),
+                            Decoder(None, only=["cls"]))
+    assert runs[2] >= 20  # the labels came in a run, read whole
+    assert [type(value[1]) for value, _, _ in runs[1]] == [int] * 40
+    assert [type(value[1]) for value, _, _ in reference[1]] == [int] * 40
+
+
 @pytest.mark.parametrize("odd", [b"1:", b"/5", b"4 2"])
 def test_a_label_with_a_byte_beside_the_digits_ends_the_run_as_int_refuses_it(odd: bytes
                                                                                ) -> None:
