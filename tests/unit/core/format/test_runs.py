@@ -403,17 +403,20 @@ def test_labels_read_in_a_run_are_ints_as_the_per_member_path_gives() -> None:
     assert [type(value[1]) for value, _, _ in reference[1]] == [int] * 40
 
 
+@pytest.mark.parametrize("first", [1, 10])
 @pytest.mark.parametrize("odd", [b"1:", b"/5", b"4 2"])
-def test_a_label_with_a_byte_beside_the_digits_ends_the_run_as_int_refuses_it(odd: bytes
-                                                                               ) -> None:
+def test_a_label_with_a_byte_beside_the_digits_ends_the_run_as_int_refuses_it(
+        odd: bytes, first: int) -> None:
     """Bytes just outside ``0``-``9`` (``:`` after ``9``, ``/`` before ``0``) are not digits:
     the run stops before the sample whose label ``int()`` refuses, and the stage names it.
-    The property tests' odd labels are letters, signs, spaces and newlines."""
+    The property tests' odd labels are letters, signs, spaces and newlines. ``first=10``:
+    every other label has as many bytes as the odd one (the check of the bytes inside a
+    label is then the only one that can refuse it)."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         for i in range(40):
             _add(tar, f"s{i:05d}.jpg", bytes([i]) * 50)
-            _add(tar, f"s{i:05d}.cls", odd if i == 30 else b"%d" % (i + 1))
+            _add(tar, f"s{i:05d}.cls", odd if i == 30 else b"%d" % (i + first))
     reference, runs = _both(out.getvalue(), 1 << 20, ("__key__", "cls"),
                             Decoder(None, only=["cls"]))
     assert reference[0] == "error" and len(reference[1][0]) == 30
