@@ -403,6 +403,21 @@ def test_labels_read_in_a_run_are_ints_as_the_per_member_path_gives() -> None:
     assert [type(value[1]) for value, _, _ in reference[1]] == [int] * 40
 
 
+def test_a_run_gives_the_key_and_the_url_where_they_are_picked() -> None:
+    """``__key__`` and ``__url__`` picked beside a member's field come in the run, as the
+    per-member path gives them (the property tests, at the examples a mutation run draws,
+    did not pick ``__url__`` in a run)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(40):
+            _add(tar, f"s{i:05d}.jpg", bytes([i]) * 50)
+            _add(tar, f"s{i:05d}.cls", b"%d" % i)
+    for fields in (("__url__", "cls"), ("jpg", "__url__", "__key__")):
+        reference, runs = _both(out.getvalue(), 1 << 20, fields, Decoder(None, only=["cls"]))
+        assert runs[2] >= 20, fields  # they came in a run
+        assert runs[:2] == reference[:2] and reference[0] == "ok", fields
+
+
 @pytest.mark.parametrize("first", [1, 10])
 @pytest.mark.parametrize("odd", [b"1:", b"/5", b"4 2"])
 def test_a_label_with_a_byte_beside_the_digits_ends_the_run_as_int_refuses_it(
