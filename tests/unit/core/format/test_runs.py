@@ -403,6 +403,23 @@ def test_labels_read_in_a_run_are_ints_as_the_per_member_path_gives() -> None:
     assert [type(value[1]) for value, _, _ in reference[1]] == [int] * 40
 
 
+def test_a_key_byte_at_0x80_ends_a_run_and_comes_as_the_per_member_parser_gives_it() -> None:
+    """Keys with a byte at 0x80 after 20 ASCII ones (of one length): not ASCII, so no run's
+    (the per-member path keeps the byte, escaped); the run ends before them and the same
+    samples come (the property tests draw ASCII keys)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT,
+                      errors="surrogateescape") as tar:
+        for i in range(40):
+            key = f"s{i:05d}" if i < 20 else f"s\udc80{i:04d}"
+            _add(tar, key + ".jpg", bytes([i]) * 50)
+            _add(tar, key + ".cls", b"%d" % i)
+    reference, runs = _both(out.getvalue(), 1 << 20, ("__key__", "jpg", "cls"),
+                            Decoder(None, only=["cls"]))
+    assert reference[0] == "ok" and len(reference[1]) == 40
+    assert runs[:2] == reference[:2] and runs[2] >= 8
+
+
 def test_a_run_gives_the_key_and_the_url_where_they_are_picked() -> None:
     """``__key__`` and ``__url__`` picked beside a member's field come in the run, as the
     per-member path gives them (the property tests, at the examples a mutation run draws,
