@@ -234,6 +234,14 @@ def test_a_stop_of_uneven_drop_counts_the_samples_this_rank_dropped() -> None:
 
 
 
+def test_a_rank_that_read_its_whole_share_drops_nothing() -> None:
+    """The rank whose share ran out first (its reading ended) tells the sync it dropped 0."""
+    sync = StopAt(10**6)
+    run = ResumableLoader(FastOrder(SHARDS, seed=7), open_epoch=open_epoch(7, batch=2), sync=sync)
+    assert len(flat(list(run))) == sum(SIZES)
+    assert sync.told == [(0, 0)]
+
+
 def test_a_stop_of_uneven_drop_counts_no_skipped_sample_as_dropped() -> None:
     """What a rank held past the stop counts its samples, not the positions of samples that
     were skipped (those would never have been trained on)."""
