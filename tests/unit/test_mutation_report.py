@@ -26,7 +26,8 @@ def kind(original: str, mutant: str) -> str:
 
 @pytest.mark.parametrize("original, mutant", [
     ('raise ValueError("n must be positive")', 'raise ValueError("XXn must be positiveXX")'),
-    ('raise ValueError(f"n={n} must be positive")', 'raise ValueError(f"n={None} must be positive")'),
+    ('raise ValueError(f"n={n} must be positive")',
+     'raise ValueError(f"n={None} must be positive")'),
     ('warnings.warn(f"{n} samples dropped")', 'warnings.warn(f"{n} SAMPLES DROPPED")'),
     ('message = f"epoch {epoch} ended"', 'message = f"EPOCH {epoch} ended"'),
 ])
