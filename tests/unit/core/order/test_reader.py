@@ -108,6 +108,26 @@ def test_each_position_names_the_samples_shard_and_its_ordinal_in_that_shard() -
     assert all(key == f"s{shard}/k{ordinal:03d}" for (shard, ordinal), key in positions)
 
 
+def test_a_stream_without_a_buffer_resumes_mid_shard_from_its_saved_byte() -> None:
+    """No buffer, so no span to read again: a resume opens the shard in progress at the saved
+    byte and ordinal, and the batches after the state are the uninterrupted run's (from the
+    shard's start, the first 10 samples would come twice)."""
+    store = Store([12, 12, 12], seed=3)
+    plan = OrderPlan(store.refs, seed=3, epoch=0, streams=1, batch=2, buffer=0)
+
+    def keys(batches: Any) -> list[str]:
+        return [sample["__key__"] for batch in batches for sample in batch]
+
+    whole = keys(Reorderer(plan).batches(reader_rounds(plan, [0], store.open)))
+    reorderer = Reorderer(plan)
+    items = reorderer.batches(reader_rounds(plan, [0], store.open))
+    first = keys(next(items) for _ in range(5))  # 10 samples: inside the first shard
+    state = json.loads(json.dumps(reorderer.state_dict()))
+    rest = keys(Reorderer(plan, state=state).batches(
+        reader_rounds(plan, [0], store.open, state=state)))
+    assert first + rest == whole and len(whole) == 36
+
+
 def test_a_shard_read_again_for_its_buffered_samples_must_have_its_saved_content() -> None:
     """At step 5 the stream reads its second shard while its buffer still holds samples of
     the first; a resume reads those again from a byte past the first header, so a rewrite
