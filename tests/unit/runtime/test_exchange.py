@@ -36,6 +36,18 @@ def ranks(world: int, timeout: float = 60.0) -> tuple[list[Rank], list[StateExch
     return loaders, exchanges
 
 
+def gather_as_it_moves(exchange: StateExchange, loader: Rank, to: tuple[int, int]
+                       ) -> list[dict[str, Any]]:
+    """Rank 0's gather at ``to`` while ``loader``'s rank, behind it, gets there a moment
+    later (from a timer thread: the gather must wait for it, however long that is)."""
+    timer = threading.Timer(0.3, lambda: setattr(loader, "position", to))
+    timer.start()
+    try:
+        return exchange.gather(to, {"rank": 0, "at": list(to)})
+    finally:
+        timer.join()
+
+
 def test_a_rank_that_waits_at_the_step_answers_for_itself() -> None:
     loaders, exchanges = ranks(3)
     for loader in loaders:
@@ -47,12 +59,7 @@ def test_a_rank_that_waits_at_the_step_answers_for_itself() -> None:
 def test_a_rank_behind_answers_when_it_gets_there() -> None:
     loaders, exchanges = ranks(2)
     loaders[1].position = (1, 6)
-    timer = threading.Timer(0.3, lambda: setattr(loaders[1], "position", (1, 7)))
-    timer.start()
-    try:
-        states = exchanges[0].gather((1, 7), {"rank": 0, "at": [1, 7]})
-    finally:
-        timer.join()
+    states = gather_as_it_moves(exchanges[0], loaders[1], (1, 7))
     assert states[1] == {"rank": 1, "at": [1, 7]}
 
 
@@ -74,12 +81,7 @@ def test_a_state_of_one_epoch_never_answers_for_the_same_batch_of_the_next() -> 
         loader.position = (0, 4)
     exchanges[0].gather((0, 4), {"rank": 0, "at": [0, 4]})
     loaders[1].position = (1, 3)
-    timer = threading.Timer(0.3, lambda: setattr(loaders[1], "position", (1, 4)))
-    timer.start()
-    try:
-        states = exchanges[0].gather((1, 4), {"rank": 0, "at": [1, 4]})
-    finally:
-        timer.join()
+    states = gather_as_it_moves(exchanges[0], loaders[1], (1, 4))
     assert states[1] == {"rank": 1, "at": [1, 4]}
 
 
