@@ -141,21 +141,26 @@ def _progress(rank: int) -> EpochProgress:
 class _Plain:
     """A loader without an exchange: its state is gathered by a collective."""
 
-    def __init__(self, rank: int) -> None:
-        self.rank = rank
+    def __init__(self, rank: int, ordered: bool = False) -> None:
+        self.rank, self.ordered = rank, ordered
 
     def state_dict(self) -> dict[str, Any]:
+        if self.ordered:  # (order="deterministic": each rank holds its own streams)
+            return {"order": "deterministic", "epoch": 0, "state": {str(self.rank): [self.rank]}}
         return _progress(self.rank).state_dict()
 
 
-def _merged_plain(rank: int) -> dict[str, Any]:
-    return aisio_dist.gather_state(_Plain(rank))
+def _merged_plain(rank: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    return (aisio_dist.gather_state(_Plain(rank)),
+            aisio_dist.gather_state(_Plain(rank, ordered=True)))
 
 
 def test_a_state_gathered_without_an_exchange_is_every_ranks_merged() -> None:
-    first, second = on_ranks(_merged_plain)
+    (first, ordered), (second, ordered_too) = on_ranks(_merged_plain)
     assert first == second
     assert first["done"] == [[0, 1]] and first["delivered"] == 4
+    assert ordered == ordered_too == {"order": "deterministic", "epoch": 0,
+                                      "state": {"0": [0], "1": [1]}}
     alone = _Plain(1).state_dict()
     assert aisio_dist.gather_state(_Plain(1)) == alone  # one process: its own
 
