@@ -652,7 +652,7 @@ def test_a_base_256_size_is_read_from_every_byte_and_a_negative_one_refused(
     got: list[TarMember] = []
     with pytest.raises(ShardFormatError, match=error) as info:
         got.extend(iter_tar(io.BytesIO(raw), url=URL))
-    assert got == [] and info.value.member == "big.bin"
+    assert got == [] and info.value.member == "big.bin" and info.value.url == URL
 
 
 def test_a_shard_cut_after_an_extended_header_names_itself_and_the_byte() -> None:
