@@ -431,6 +431,9 @@ def test_meta_files_and_dot_files_are_kept_or_skipped_as_webdataset_does(
     assert split_key(name) == _webdataset_split(name)
 
 
+Tag = tuple[str, int, int, frozenset[int], dict[str, Any]]
+
+
 def _torn_in_the_second_sample() -> tuple[bytes, int]:
     """Returns a shard torn inside sample b's first file (a's two files are whole), and where
     a's last file ends."""
@@ -449,7 +452,7 @@ def test_the_sample_a_fault_in_the_next_one_leaves_whole_is_not_the_shards_last(
     from aisio.core.format.samples import iter_samples
 
     torn, a_end = _torn_in_the_second_sample()
-    tag = ("__pos__", 4, 7, frozenset(), {"__version__": "v"})
+    tag: Tag = ("__pos__", 4, 7, frozenset(), {"__version__": "v"})
     got, error = _collect(iter_samples(io.BytesIO(torn), url=URL, tag=tag, fast=fast))
     assert isinstance(error, ShardFormatError) and error.member == "b.cls"
     assert [s["__pos__"] for s in got] == [(4, 7, a_end, False)]
@@ -461,8 +464,10 @@ def test_group_samples_with_end_yields_the_sample_a_fault_in_the_next_one_leaves
     ``(sample, end)`` with where its last file ends (a reader restarts there), then the
     error."""
     torn, a_end = _torn_in_the_second_sample()
-    got, error = _collect(group_samples_with_end(iter_tar(io.BytesIO(torn), url=URL), url=URL))
-    assert isinstance(error, ShardFormatError) and error.given_up == "b"  # type: ignore[attr-defined]
+    got: list[tuple[dict[str, Any], int]] = []
+    with pytest.raises(ShardFormatError) as info:
+        got.extend(group_samples_with_end(iter_tar(io.BytesIO(torn), url=URL), url=URL))
+    assert info.value.given_up == "b"  # type: ignore[attr-defined]
     assert got == [({"__key__": "a", "__url__": URL, "cls": b"1", "txt": b"x" * 600}, a_end)]
 
 
@@ -476,7 +481,7 @@ def test_a_run_after_the_sample_in_progress_numbers_on_from_the_tasks_first_ordi
 
     raw = _tar_bytes([(f"s{i:05d}.{suffix}", b"%d" % i) for i in range(40)
                       for suffix in ("jpg", "cls")])
-    tag = ("__pos__", 2, 5, frozenset(), {})
+    tag: Tag = ("__pos__", 2, 5, frozenset(), {})
     plan = RunPlan.of(Decoder(None, only=["cls"]), ("__key__", "cls"))
     ordinals: list[int] = []
     in_runs = 0
