@@ -247,3 +247,50 @@ def test_a_grown_slot_replaces_only_its_own_older_mapping() -> None:
         assert args[1] is None and rebuild(*args).open() == value
     finally:
         ring_module._held.clear()
+
+
+
+def unusual_tensors() -> dict[str, Any]:
+    """Tensors whose memory is not their value as flat bytes, or that have none."""
+    return {
+        "grad": torch.rand(16, 16, requires_grad=True),
+        "sparse": torch.eye(16).to_sparse(),
+        "csr": torch.eye(16).to_sparse_csr(),
+        "nested": torch.nested.nested_tensor([torch.arange(3.0), torch.arange(5.0)]),
+        "empty": torch.empty(0, 5),
+    }
+
+
+def same_tensor(a: Any, b: Any) -> bool:
+    if a.is_nested:
+        return b.is_nested and all(
+            torch.equal(x, y) for x, y in zip(a.unbind(), b.unbind(), strict=True))
+    if a.layout != torch.strided:
+        return b.layout == a.layout and torch.equal(a.to_dense(), b.to_dense())
+    return (a.dtype == b.dtype and a.shape == b.shape and a.requires_grad == b.requires_grad
+            and torch.equal(a.detach(), b.detach()))
+
+
+@pytest.mark.usefixtures("own_ring")
+@pytest.mark.filterwarnings("ignore:.*(sparse|nested).*:UserWarning")
+@pytest.mark.parametrize("with_slot", [False, True])
+@pytest.mark.parametrize("name", ["grad", "sparse", "csr", "nested", "empty"])
+def test_tensors_whose_memory_is_not_their_value_cross_as_torch_sends_them(
+        name: str, with_slot: bool) -> None:
+    """Grad-requiring, sparse, nested and empty tensors are left to torch's own pickling,
+    beside a payload in a slot or in a small batch pickled by value, and arrive as they were
+    (a sparse or nested tensor has no ``nbytes``: its whole batch failed to pickle, so never
+    arrived). Conjugate, negative and quantized ones are left to torch too, which loses their
+    bit or quantizer itself."""
+    from multiprocessing.reduction import ForkingPickler
+
+    from aisio.core.transport.delivery import register_reducer
+
+    register_reducer()
+    tensor = unusual_tensors()[name]
+    value = {"payload": [b"p" * BIG] * 3 if with_slot else b"", "tensor": tensor}
+    back = pickle.loads(bytes(ForkingPickler.dumps(Delivery(value, [(0, 0, 1, False)]))))
+    assert (type(back.value) is Shipped) == with_slot
+    out = back.unpack()
+    assert out["payload"] == value["payload"]
+    assert same_tensor(tensor, out["tensor"])
