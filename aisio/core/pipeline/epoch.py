@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aisio.core.epochs.plan import EpochPlan
-from aisio.core.epochs.progress import ShardTask, epoch_seed, shuffle_buffer
+from aisio.core.epochs.progress import ShardTask, epoch_seed
 from aisio.core.epochs.resample import reader_share, resampled_tasks
 from aisio.core.epochs.split import Deal
 from aisio.core.faults.errors import AISIOError
@@ -34,13 +34,14 @@ from aisio.core.faults.policy import SKIPPED, is_kept
 from aisio.core.format.collate import BatchCollate, sample_name
 from aisio.core.format.tar.runs import Columns, RunPlan
 from aisio.core.pipeline.parse import parse_streams
+from aisio.core.pipeline.shuffle import shuffle_buffer
 from aisio.core.pipeline.spec import PipelineSpec
+from aisio.core.pipeline.stages import Positioned
 from aisio.core.store.sources import ObjectRef
 from aisio.core.system.threads import thread_map
 from aisio.core.transport.delivery import (
     Failure,
     Placed,
-    Positioned,
     batch_delivery,
     deliveries,
     ship_errors,

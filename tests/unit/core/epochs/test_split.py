@@ -17,9 +17,9 @@ from aisio.core.epochs.progress import (
     ShardTask,
     epoch_tasks,
     merge_states,
-    shuffle_buffer,
 )
 from aisio.core.epochs.split import epoch_split, owners_of
+from aisio.core.pipeline.shuffle import shuffle_buffer
 from aisio.core.store.sources import ObjectRef
 from aisio.core.store.urls import parse_ais_url
 
