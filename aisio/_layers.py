@@ -26,11 +26,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("aisio.localetl",),
     # the framework-free core, top down
     ("aisio.core.order",),      # order="deterministic": canonical streams, readers, reorder
-    ("aisio.core.pipeline",),   # options, fetch, parse, per-sample stages, the training loop
-    ("aisio.core.transport",),  # what crosses from reader processes: deliveries, shared memory
+    ("aisio.core.pipeline",),   # options, fetch, parse, shuffle, sample stages, the training loop
+    ("aisio.core.transport",),  # what leaves a reader: collated batches, deliveries, shared memory
     ("aisio.core.epochs",),     # epochs, positions and resume state; the next epoch's plan
     ("aisio.core.store",),      # AIStore names, sources, the HTTP client, Get-Batch, the cache
-    ("aisio.core.format",),     # tar shards, WebDataset samples, decoders, collate
+    ("aisio.core.format",),     # tar shards, WebDataset samples, decoders
     ("aisio.core.faults", "aisio.core.system"),  # errors and on_error; processes, memory, time
 )
 
