@@ -19,11 +19,11 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from aisio.core.decode.decoders import to_tuple
+from aisio.core.decode.decoders import tuple_fields as _tuple_fields
 from aisio.core.epochs.plan import EpochPlan
 from aisio.core.epochs.resample import RESAMPLED
 from aisio.core.faults.policy import is_kept
-from aisio.core.format.decode import to_tuple
-from aisio.core.format.decode import tuple_fields as _tuple_fields
 from aisio.core.format.tar.runs import RunPlan
 from aisio.core.pipeline.epoch import FastReader
 from aisio.core.pipeline.spec import PipelineSpec, check_options, documents_options

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from aisio.core.decode.decoders import Decoder, FieldPicker, SampleError
 from aisio.core.epochs.progress import Position
 from aisio.core.faults.policy import SKIPPED, ErrorPolicy, OnError
 from aisio.core.faults.report import ErrorReport
-from aisio.core.format.decode import Decoder, FieldPicker, SampleError
 from aisio.core.format.tar.runs import Columns
 from aisio.core.system import timing
 from aisio.core.system.timing import StageTimes
@@ -31,7 +31,7 @@ class SampleStage:
         decoder: a :class:`Decoder` (or None: leave fields as they are).
         fields: fields for :func:`to_tuple` (``"jpg;png cls"`` or ``("jpg;png", "cls")``), or
             None to yield dicts.
-        on_error: ``"raise"`` the :class:`~aisio.core.format.decode.SampleError`; ``"warn"`` or
+        on_error: ``"raise"`` the :class:`~aisio.core.decode.decoders.SampleError`; ``"warn"`` or
             ``"skip"`` to return :data:`SKIPPED` and record the sample in ``report``
             (``"warn"`` also warns).
         report: where skipped samples are recorded (default: a new in-memory report).
