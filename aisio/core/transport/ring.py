@@ -280,8 +280,8 @@ def _by_value(value: Any) -> Any:
     if kind is dict:
         return {k: _by_value(v) for k, v in value.items()}
     torch = sys.modules.get("torch")
-    if (torch is not None and kind is torch.Tensor and value.nbytes < MIN_TOTAL
-            and value.device.type == "cpu" and value.layout == torch.strided
+    if (torch is not None and kind is torch.Tensor and value.layout == torch.strided
+            and not value.is_nested and value.nbytes < MIN_TOTAL and value.device.type == "cpu"
             and not (value.requires_grad or value.is_quantized or value.is_conj()
                      or value.is_neg())):
         return _ByValue(value)
@@ -323,8 +323,10 @@ def _estimate(value: Any) -> int:
     if kind is bytes:
         return len(value) if len(value) >= MIN_LEAF else 0
     torch, numpy = sys.modules.get("torch"), sys.modules.get("numpy")
-    if (torch is not None and kind is torch.Tensor) or (numpy is not None
-                                                        and kind is numpy.ndarray):
+    if torch is not None and kind is torch.Tensor:
+        # sparse and nested tensors have no nbytes (or no flat bytes): torch's way, below
+        return int(value.nbytes) if value.layout == torch.strided and not value.is_nested else 0
+    if numpy is not None and kind is numpy.ndarray:
         return int(value.nbytes)
     return 0
 
@@ -345,7 +347,8 @@ def _strip(value: Any, pieces: list[tuple[_Piece, Any]], total: list[int]) -> An
     torch = sys.modules.get("torch")
     if torch is not None and kind is torch.Tensor:
         # Tensors of any size: left behind, torch would pass each in a segment of its own
-        if (value.device.type != "cpu" or value.layout != torch.strided or value.requires_grad
+        if (value.device.type != "cpu" or value.layout != torch.strided or value.is_nested
+                or value.requires_grad
                 or value.is_quantized or value.is_conj() or value.is_neg() or not value.nbytes):
             return value
         return _place(_Piece("t", 0, value.nbytes, value.dtype, tuple(value.shape)),

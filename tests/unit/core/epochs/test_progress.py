@@ -698,3 +698,62 @@ def test_an_epochs_tasks_are_made_as_asked_and_agree_however_they_are_asked(resu
     assert tasks[-1] == expected[-1] and tasks[1::3] == expected[1::3]
     with pytest.raises(IndexError):
         tasks[len(expected)]
+
+
+def test_ranks_resumed_from_different_states_of_as_many_samples_do_not_merge() -> None:
+    """Two states that delivered as many samples are still two states: ranks resumed from
+    each cover different samples, and their merge would deliver some twice or never."""
+    shards = refs(3)
+    states = []
+    for shard in (0, 1):
+        before = EpochProgress(shards, 1, 0)
+        before.record([(shard, 0, end_of(shard, 0), False)])
+        states.append(json.loads(json.dumps(before.state_dict())))
+    one, two = (EpochProgress.from_state(state, shards) for state in states)
+    assert one.base is not None and two.base is not None and one.base[1] == two.base[1] == 1
+    with pytest.raises(StateMismatchError, match="resumed from different states"):
+        merge_states([one.state_dict(), two.state_dict()])
+
+
+def test_ranks_resumed_from_one_state_merge_whatever_order_its_keys_came_in() -> None:
+    """A checkpoint writer may sort a state's keys (``json.dumps(sort_keys=True)``): a rank
+    resumed from that copy resumed from the same state as one resumed from the original."""
+    shards = refs(3)
+    before = EpochProgress(shards, 1, 0)
+    before.record([(0, 0, end_of(0, 0), False)])
+    state = before.state_dict()
+    resorted = json.loads(json.dumps(state, sort_keys=True))
+    assert list(resorted) != list(state)
+    one, two = EpochProgress.from_state(state, shards), EpochProgress.from_state(resorted, shards)
+    one.record([(0, 1, end_of(0, 1), False)])
+    two.record([(2, 0, end_of(2, 0), False)])
+    merged = merge_states([one.state_dict(), two.state_dict()])
+    assert merged["delivered"] == 3 and set(merged["partial"]) == {"0", "2"}
+
+
+def test_merge_counts_a_shard_done_when_one_rank_delivered_its_gap_and_another_its_end() -> None:
+    """Resumed with shard 0 delivered up to sample 1 of 3: one rank delivers sample 1, the
+    other sample 2, the shard's last. Merged, the shard is done, not a shard in progress that
+    a resume would open again past its last sample."""
+    shards = refs(2)
+    before = EpochProgress(shards, 1, 0)
+    before.record([(0, 0, end_of(0, 0), False)])
+    state = json.loads(json.dumps(before.state_dict()))
+    one, two = EpochProgress.from_state(state, shards), EpochProgress.from_state(state, shards)
+    one.record([(0, 1, end_of(0, 1), False)])
+    two.record([(0, 2, end_of(0, 2), True)])
+    for states in ([one.state_dict(), two.state_dict()], [two.state_dict(), one.state_dict()]):
+        merged = merge_states(states)
+        assert merged["done"] == [[0, 0]] and merged["partial"] == {}
+        assert [task.index for task in epoch_tasks(shards, 1, 0, shuffle=False,
+                                                   resume=merged)] == [1]
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("base", "x"), ("base", [1]), ("world", "x"), ("owners", {"0": "x"}), ("owners", 5),
+])
+def test_check_state_refuses_a_corrupt_base_world_or_owners(key: str, value: Any) -> None:
+    """The fields a later step reads (``world`` and ``owners`` the deal, ``base`` a merge)
+    are checked with the rest: a corrupt one is refused up front, as corrupt."""
+    with pytest.raises(StateMismatchError, match="corrupt"):
+        check_state({**good_state(), key: value}, refs(4))

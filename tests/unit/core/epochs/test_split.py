@@ -17,8 +17,9 @@ from aisio.core.epochs.progress import (
     ShardTask,
     epoch_tasks,
     merge_states,
+    shard_order,
 )
-from aisio.core.epochs.split import epoch_split, owners_of
+from aisio.core.epochs.split import Deal, epoch_split, owners_of
 from aisio.core.pipeline.shuffle import shuffle_buffer
 from aisio.core.store.sources import ObjectRef
 from aisio.core.store.urls import parse_ais_url
@@ -162,3 +163,21 @@ def test_a_shard_done_or_not_in_the_list_has_no_owner() -> None:
     deal = Deal(shards, 3, 0, shuffle=True, world=2, resume=progress)
     assert 2 not in deal and 6 not in deal and -1 not in deal
     assert all(index in deal for index in (0, 1, 3, 4, 5)) and len(deal) == 5
+
+
+def test_a_resumed_deal_follows_the_states_seed_and_a_stale_progress_is_a_fresh_epoch() -> None:
+    """A resumed epoch is the order its state was seeded with, whatever seed the run passes
+    now (as its tasks are, :func:`epoch_tasks`); a progress of another epoch is not resumed:
+    the epoch is dealt from its start."""
+    shards = refs(12)
+    before = EpochProgress(shards, 7, 1)
+    before.record([(5, 0, 100, False), (8, 0, 100, True)])
+    state = before.state_dict()
+    resumed = Deal(shards, 8, 1, shuffle=True, world=2, resume=state)
+    assert resumed.order.tolist() == shard_order(12, 7, 1, shuffle=True)
+    assert sorted(resumed.tasks(0) + resumed.tasks(1), key=lambda task: task.index) == sorted(
+        epoch_tasks(shards, 8, 1, shuffle=True, resume=state), key=lambda task: task.index)
+    fresh = Deal(shards, 8, 2, shuffle=True, world=2, resume=before)
+    assert fresh.done == set() and fresh.started == {}
+    assert [fresh.tasks(rank) for rank in (0, 1)] == epoch_split(shards, 8, 2, shuffle=True,
+                                                                 world=2)

@@ -156,3 +156,118 @@ def test_no_tar_function_is_over_60_lines() -> None:
                 if lines > 60:
                     long.append(f"{path.name}:{node.lineno} {node.name} ({lines} lines)")
     assert long == []
+
+
+def _borrowed(value: int) -> bytes | None:
+    """Returns ``value`` as 6 digits of which one is an 8: a digit lent to the next lower
+    place (``...30...`` -> ``...28...``), what octal text cannot hold but the same sum; None
+    when it has no 0 after another digit to lend into."""
+    digits = [int(d) for d in f"{value:06o}"]
+    for k in range(5, 0, -1):
+        if digits[k] == 0 and digits[k - 1] > 0:
+            digits[k - 1] -= 1
+            digits[k] = 8
+            return "".join(map(str, digits)).encode()
+    return None
+
+
+def _digit_past_seven(field: str) -> bytes:
+    """Returns the 40-sample shard with sample BROKEN's jpg header holding an 8 in its size
+    (``448``: 296 bytes to one that reads it, one block as 300) or its checksum (the header's
+    true sum), its checksum otherwise right."""
+    raw = bytearray(_shard())
+    at = _header_of(bytes(raw), f"s{BROKEN:05d}.jpg")
+    if field == "size":
+        raw[at + 124:at + 136] = b"00000000448\x00"
+        _with_checksum(raw, at)
+        return bytes(raw)
+    for mtime in range(8):  # an mtime digit changed until the sum has a 0 to borrow into
+        raw[at + 146] = ord("0") + mtime
+        raw[at + 148:at + 156] = b" " * 8
+        borrowed = _borrowed(sum(raw[at:at + BLOCK]))
+        if borrowed is not None:
+            raw[at + 148:at + 156] = borrowed + b"\x00 "
+            return bytes(raw)
+    raise AssertionError("no mtime gave a sum with a 0 to borrow into")
+
+
+def _keys_and_jpgs(items: list[Any]) -> list[tuple[str, bytes]]:
+    """Returns each sample's key and jpg, from dicts and from runs' columns alike."""
+    out: list[tuple[str, bytes]] = []
+    for item in items:
+        if type(item) is Columns:
+            out.extend((value[0], value[1]) for value in item.values)
+        else:
+            out.append((item["__key__"], item["jpg"]))
+    return out
+
+
+def _every_path(raw: bytes) -> list[tuple[list[tuple[str, bytes]], Any]]:
+    """Returns what the fast path, the general reader and runs give: samples and error."""
+    outcomes = []
+    for kwargs in ({}, {"fast": False}, {"tag": TAG, "runs": PLAN}):
+        items, error = _outcome(lambda kwargs=kwargs: iter_samples(io.BytesIO(raw), url=URL,
+                                                                   **kwargs))
+        outcomes.append((_keys_and_jpgs(items), error))
+    return outcomes
+
+
+@pytest.mark.parametrize("field", ["size", "checksum"])
+def test_a_size_or_checksum_with_a_digit_past_seven_fails_alike_on_every_path(
+    field: str,
+) -> None:
+    """A header whose size or checksum field holds an 8 (not octal, whatever it adds up to)
+    is corrupt on every path: runs vouch for octal digits only, and end before it."""
+    raw = _digit_past_seven(field)
+    fast, general, runs = _every_path(raw)
+    assert general[1] is not None and general[1][0] is ShardFormatError
+    assert {"size": "invalid size field", "checksum": "checksum mismatch"}[field] in general[1][1]
+    assert fast == general == runs and len(general[0]) >= BROKEN - 1
+
+
+def _pax_of_broken(raw: bytearray) -> int:
+    """Returns where sample BROKEN's jpg's pax header begins (its record one block after)."""
+    return _header_of(bytes(raw), f"s{BROKEN:05d}.jpg") - 2 * BLOCK
+
+
+def test_a_pax_header_with_a_size_record_is_read_alike_on_every_path() -> None:
+    """A pax header of one record, as long as webdataset's ``mtime`` one, that is a ``size``
+    (it overrides the header's): runs take no such header for an mtime, so the member's
+    300 bytes come on every path, not the 10 its own header says."""
+    raw = bytearray(_shard(tarfile.PAX_FORMAT, 1_700_000_000.5))
+    pax = _pax_of_broken(raw)
+    assert raw[pax + BLOCK:pax + BLOCK + 22] == b"22 mtime=1700000000.5\n"
+    raw[pax + BLOCK:pax + BLOCK + 22] = b"22 size=0000000000300\n"
+    jpg = pax + 2 * BLOCK
+    raw[jpg + 124:jpg + 136] = b"%011o\x00" % 10
+    _with_checksum(raw, jpg)
+    fast, general, runs = _every_path(bytes(raw))
+    assert general[1] is None and general[0][BROKEN] == (f"s{BROKEN:05d}", bytes([BROKEN]) * 300)
+    assert fast == general == runs
+
+
+def test_a_pax_record_whose_length_is_not_two_digits_fails_alike_on_every_path() -> None:
+    """``1:`` for a record's length (``:`` is the digit after ``9``; 1 and 10 make the
+    20 the header says): a malformed pax header to the general reader, so to runs too."""
+    raw = bytearray(_shard(tarfile.PAX_FORMAT, 1_700_000_000.5))
+    pax = _pax_of_broken(raw)
+    raw[pax + 124:pax + 136] = b"%011o\x00" % 20
+    _with_checksum(raw, pax)
+    raw[pax + BLOCK:pax + BLOCK + 22] = b"1: mtime=1700000000\n\x00\x00"
+    fast, general, runs = _every_path(bytes(raw))
+    assert general[1] is not None and "malformed pax extended header" in general[1][1]
+    assert fast == general == runs and len(general[0]) >= BROKEN - 1
+
+
+def test_a_pax_header_whose_size_reads_negative_fails_alike_on_every_path() -> None:
+    """A pax header (its record block gone) whose size field holds a space, which runs'
+    arithmetic reads as -128: one block on, the member's header, so runs look at it in the
+    chain; an invalid size on every path, not an index out of range in runs."""
+    raw = bytearray(_shard(tarfile.PAX_FORMAT, 1_700_000_000.5))
+    pax = _pax_of_broken(raw)
+    raw[pax + 124:pax + 136] = b"000000000 0\x00"
+    _with_checksum(raw, pax)
+    del raw[pax + BLOCK:pax + 2 * BLOCK]
+    fast, general, runs = _every_path(bytes(raw))
+    assert general[1] is not None and "invalid size field" in general[1][1]
+    assert fast == general == runs and len(general[0]) >= BROKEN - 1

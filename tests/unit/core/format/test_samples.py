@@ -406,3 +406,92 @@ def test_headers_with_a_non_ascii_owner_are_read_by_the_fast_path_alike() -> Non
     fast = list(iter_samples(io.BytesIO(raw), url=URL))
     assert fast == list(iter_samples(io.BytesIO(raw), url=URL, fast=False))
     assert [(s["__key__"], s["cls"]) for s in fast] == [(f"{i:03d}", b"%d" % i) for i in range(4)]
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("__a.b__", None),
+        ("__meta__/sub/x.json", None),
+        ("____/a.jpg", None),
+        ("__a/b__/c.jpg", ("__a/b__/c", "jpg")),
+        ("a/b.c/d/.jpg", ("a/b.c/d/", "jpg")),
+        (".d/.jpg", None),
+        ("x/.d/.jpg", None),
+    ],
+)
+def test_meta_files_and_dot_files_are_kept_or_skipped_as_webdataset_does(
+    name: str, expected: tuple[str, str] | None
+) -> None:
+    """Which names are a sample's files: a top-level ``__x__`` (a dot in it too), anything
+    under a top-level ``__x__/`` (however deep, ``____/`` too) is skipped; a file name
+    starting with a dot keeps its directory as the key unless that directory's own name has
+    a dot (only the nearest directory counts)."""
+    assert split_key(name) == expected
+    assert split_key(name) == _webdataset_split(name)
+
+
+Tag = tuple[str, int, int, frozenset[int], dict[str, Any]]
+
+
+def _torn_in_the_second_sample() -> tuple[bytes, int]:
+    """Returns a shard torn inside sample b's first file (a's two files are whole), and where
+    a's last file ends."""
+    raw = _tar_bytes([("a.cls", b"1"), ("a.txt", b"x" * 600), ("b.cls", b"2" * 3000)])
+    a_end = raw.index(b"b.cls")
+    return raw[:a_end + 512 + 1000], a_end
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_sample_a_fault_in_the_next_one_leaves_whole_is_not_the_shards_last(
+    fast: bool,
+) -> None:
+    """A shard task torn in sample b's file: sample a comes before the error with its
+    position, ``last`` False (the shard did not end there: a resume must not take it as
+    done)."""
+    from aisio.core.format.samples import iter_samples
+
+    torn, a_end = _torn_in_the_second_sample()
+    tag: Tag = ("__pos__", 4, 7, frozenset(), {"__version__": "v"})
+    got, error = _collect(iter_samples(io.BytesIO(torn), url=URL, tag=tag, fast=fast))
+    assert isinstance(error, ShardFormatError) and error.member == "b.cls"
+    assert [s["__pos__"] for s in got] == [(4, 7, a_end, False)]
+    assert got[0]["__pos__"][3] is False and got[0]["__version__"] == "v"
+
+
+def test_group_samples_with_end_yields_the_sample_a_fault_in_the_next_one_leaves_whole() -> None:
+    """The members' grouping at a fault in sample b's file: sample a, whole, comes as
+    ``(sample, end)`` with where its last file ends (a reader restarts there), then the
+    error."""
+    torn, a_end = _torn_in_the_second_sample()
+    got: list[tuple[dict[str, Any], int]] = []
+    with pytest.raises(ShardFormatError) as info:
+        got.extend(group_samples_with_end(iter_tar(io.BytesIO(torn), url=URL), url=URL))
+    assert info.value.given_up == "b"  # type: ignore[attr-defined]
+    assert got == [({"__key__": "a", "__url__": URL, "cls": b"1", "txt": b"x" * 600}, a_end)]
+
+
+def test_a_run_after_the_sample_in_progress_numbers_on_from_the_tasks_first_ordinal() -> None:
+    """A shard task resumed at sample 5 (from its byte, nothing to skip): the first sample is
+    read member by member, the run after it goes on from ordinal 6, every sample numbered
+    once, in order, as without runs."""
+    from aisio import Decoder
+    from aisio.core.decode.runs import run_plan
+    from aisio.core.format.samples import iter_samples
+    from aisio.core.format.tar.runs import Columns
+
+    raw = _tar_bytes([(f"s{i:05d}.{suffix}", b"%d" % i) for i in range(40)
+                      for suffix in ("jpg", "cls")])
+    tag: Tag = ("__pos__", 2, 5, frozenset(), {})
+    plan = run_plan(Decoder(None, only=["cls"]), ("__key__", "cls"))
+    ordinals: list[int] = []
+    in_runs = 0
+    for item in iter_samples(io.BytesIO(raw), url=URL, tag=tag, runs=plan):
+        if type(item) is Columns:
+            ordinals.extend(position[1] for position in item.positions)
+            in_runs += len(item.values)
+        else:
+            ordinals.append(item["__pos__"][1])
+    assert in_runs >= 30  # (the run did come)
+    assert ordinals == list(range(5, 45))
+    assert [s["__pos__"][1] for s in iter_samples(io.BytesIO(raw), url=URL, tag=tag)] == ordinals

@@ -563,3 +563,106 @@ def test_a_checksum_in_base_256_is_accepted() -> None:
     block[148:156] = b" " * 8
     block[148:156] = b"\x80" + sum(block).to_bytes(7, "big")
     assert names_and_data(read_all(pad(bytes(block) + b"b"))) == [("b.bin", b"b")]
+
+
+def _signed(block: bytearray, form: bytes = b"%06o\x00 ") -> bytes:
+    """Returns ``block`` with the signed byte sum of its bytes as its checksum, in ``form``."""
+    block[148:156] = b" " * 8
+    signed = sum(b - 256 if b >= 128 else b for b in block)
+    assert signed != sum(block)  # (so the unsigned sum is not it)
+    block[148:156] = form % signed if b"%" in form else form + signed.to_bytes(7, "big")
+    return bytes(block)
+
+
+def test_a_signed_checksum_is_accepted_past_the_first_header() -> None:
+    """The signed sum is checked over the header where it lies in the read buffer, not over
+    the buffer's first 512 bytes (a second member, data before it)."""
+    first = pad(raw_header(b"a.txt", b"%011o" % 5) + b"a" * 5)
+    second = pad(_signed(bytearray(raw_header(b"\xe9t\xe9.txt", b"%011o" % 1))) + b"s")
+    raw = first + second + bytes(1024)
+    assert names_and_data(read_all(raw)) == [("a.txt", b"a" * 5), ("\udce9t\udce9.txt", b"s")]
+    assert names_and_data(read_all(raw)) == read_tarfile(raw)
+
+
+def test_a_signed_checksum_counts_every_byte_of_the_header_once() -> None:
+    """A symlink whose link name fills its 100 bytes (to byte 256, where the checksum's two
+    halves meet), under a signed checksum: skipped as a link, the file after it read, as
+    tarfile reads them."""
+    link = bytearray(raw_header(b"\xe9.lnk", bytes(11), b"2"))
+    link[157:257] = b"t" * 100
+    raw = _signed(link) + pad(raw_header(b"b.txt", b"%011o" % 1) + b"b") + bytes(1024)
+    assert names_and_data(read_all(raw)) == [("b.txt", b"b")] == read_tarfile(raw)
+
+
+def test_a_checksum_in_base_256_of_the_signed_sum_is_accepted_as_tarfile_accepts_it() -> None:
+    """tarfile takes a checksum of either sum in either notation; the bytes of a base-256
+    checksum field (0x80 first) are not counted among the header's high bytes."""
+    block = bytearray(raw_header(b"\xe9t\xe9.txt", b"%011o" % 1))
+    raw = pad(_signed(block, b"\x80") + b"s") + bytes(1024)
+    assert names_and_data(read_all(raw)) == [("\udce9t\udce9.txt", b"s")]
+    assert names_and_data(read_all(raw)) == read_tarfile(raw)
+
+
+def test_a_header_whose_checksum_field_is_not_a_number_is_refused_whatever_it_sums_to() -> None:
+    """A block after a member whose checksum field holds no number: corrupt, even when its
+    bytes happen to sum (signed) to 1, a number a check could compare them with."""
+    block = bytearray(512)
+    block[0:5] = b"\x80\x80\x80.S"
+    block[148:156] = b"zzzzzzzz"
+    assert sum(b - 256 if b >= 128 else b for b in block) - sum(b"zzzzzzzz") + 8 * 0x20 == 1
+    raw = pad(raw_header(b"a.txt", b"%011o" % 1) + b"a") + bytes(block) + bytes(1024)
+    with pytest.raises(ShardFormatError, match="corrupt tar header at byte 1024") as info:
+        read_all(raw)
+    assert info.value.offset == 1024
+
+
+def test_a_gnu_long_name_that_is_not_utf8_is_read_with_surrogate_escapes() -> None:
+    """Names are bytes in tar: a long name (GNU 'L' record) outside UTF-8 is read as a
+    header's own name is, undecodable bytes as surrogate escapes, not refused."""
+    name = "n" * 120 + "\udcff.txt"
+    raw = make_tar([(name, b"x")], tarfile.GNU_FORMAT)
+    assert b"\xff.txt" in raw
+    assert names_and_data(read_all(raw)) == [(name, b"x")]
+
+
+def test_a_size_field_left_blank_is_an_empty_member_as_tarfile_reads_it() -> None:
+    """A size field of NULs only (some writers leave it so for files without data) is 0,
+    the next member read after the header alone."""
+    raw = (raw_header(b"a.txt", bytes(12)) + pad(raw_header(b"b.txt", b"%011o" % 1) + b"b")
+           + bytes(1024))
+    assert names_and_data(read_all(raw)) == [("a.txt", b""), ("b.txt", b"b")]
+    assert names_and_data(read_all(raw)) == read_tarfile(raw)
+
+
+@pytest.mark.parametrize(
+    ("size_field", "error"),
+    [
+        (b"\x80\x01" + bytes(9) + b"\x05", "truncated"),  # 2**80 + 5 bytes: all 11 bytes read
+        (b"\xff" + bytes(9) + b"\x10\x00", "invalid size"),  # negative: 4096 - 256**11
+        (b"\xff\x01" + bytes(8) + b"\x10\x00", "invalid size"),  # negative too
+    ],
+    ids=["huge", "negative", "negative-with-a-high-byte"],
+)
+def test_a_base_256_size_is_read_from_every_byte_and_a_negative_one_refused(
+    size_field: bytes, error: str
+) -> None:
+    """GNU base-256 sizes: 0x80 then the value in 11 bytes, 0xFF then a negative one
+    (two's complement). No reading of them may turn into a few bytes a member could hold."""
+    raw = pad(raw_header(b"big.bin", size_field) + b"d" * 4096) + bytes(1024)
+    got: list[TarMember] = []
+    with pytest.raises(ShardFormatError, match=error) as info:
+        got.extend(iter_tar(io.BytesIO(raw), url=URL))
+    assert got == [] and info.value.member == "big.bin" and info.value.url == URL
+
+
+def test_a_shard_cut_after_an_extended_header_names_itself_and_the_byte() -> None:
+    """The error of a stream that ends right after an extended header (the member it
+    describes missing) names the shard and the byte, as every truncation error does."""
+    raw = make_tar([("n" * 200 + ".txt", b"x")])
+    with pytest.raises(ShardFormatError, match="right after the extended header") as info:
+        read_all(raw[:1024])
+    assert info.value.url == URL and info.value.offset == 1024
+    record = pad(raw_header(b"odd.rec", b"%011o" % 3000, b"Z")) + b"z" * 1000
+    with pytest.raises(ShardFormatError, match="inside record") as info:
+        read_all(record, bufsize=1024)
+    assert info.value.url == URL and info.value.offset == 1512

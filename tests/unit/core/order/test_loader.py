@@ -32,6 +32,7 @@ from aisio.core.order.loader import (
     refuse_streams,
 )
 from aisio.core.order.reader import Chunk, reader_rounds, rounds_per_item
+from aisio.core.order.streams import merge_order_states
 from aisio.core.pipeline.loop import ResumableLoader
 from aisio.core.pipeline.spec import PipelineSpec
 from aisio.core.transport.delivery import Failure
@@ -359,3 +360,16 @@ def test_the_setups_rounds_default_to_one_reader_and_apply_the_error_policy() ->
     assert got == {key for index in range(len(SIZES)) if index != 2
                    for key in STORE.samples(index)}
     assert spec.report is not None and [r["shard"] for r in spec.report.records()] == [bad]
+
+
+def test_before_its_epoch_starts_each_rank_states_its_own_streams_only() -> None:
+    """A checkpoint taken before the first batch: each rank's state holds its own streams (at
+    their start, or as a loaded state has them), so every rank's merge into one."""
+    store = Store([5, 6, 7, 8])
+    loaders = [ordered(store, rank=rank, world=2) for rank in range(2)]
+    states = [loader.local_state_dict() for loader in loaders]
+    assert [sorted(state["state"]) for state in states] == [["0", "1"], ["2", "3"]]
+    merged = merge_order_states(states)
+    for loader in loaders:
+        loader.load_state_dict(merged)
+    assert merge_order_states([loader.local_state_dict() for loader in loaders]) == merged

@@ -8,6 +8,7 @@ multiprocessing's pickler sends and what the receiver rebuilds from it.
 
 from __future__ import annotations
 
+import io
 import json
 import pickle
 from typing import Any
@@ -168,3 +169,84 @@ def test_a_span_read_again_from_a_changed_shard_names_the_shard_and_byte() -> No
     with pytest.raises(ShardFormatError, match="truncated") as torn:
         refill(DelayBuffer(8, 0), [span], store.refs, store.open)
     assert torn.value.url == url
+
+
+def test_a_small_pack_pickled_as_it_is_keeps_the_content_ids_its_chunks_bring() -> None:
+    """A pack too small for shared memory still carries the content ids of the shards its
+    streams opened: what a resume compares before it reads them again."""
+    pack = RoundChunks([Chunk(0, 0, [{"__key__": "a", "cls": b"1"}], [(3, 0, 1, False)], False,
+                              {3: "v3"}),
+                        Chunk(1, 0, [], [], True, {4: "v4"})])
+    expected = fields(pack)
+    back = crossed(pack, shared=False)
+    assert fields(back) == expected and [c.versions for c in back] == [{3: "v3"}, {4: "v4"}]
+
+
+@pytest.mark.parametrize("buffer", [0, 3])
+@pytest.mark.parametrize("streams", [1, 2])
+def test_a_run_resumed_twice_is_the_uninterrupted_one(buffer: int, streams: int) -> None:
+    """A state saved after a resume resumes too: a stream resumed mid-shard, and the samples
+    its buffer held read again, name their bytes from the shard's start (not from the byte the
+    resumed request began at)."""
+    from tests.unit.core.order.test_streams import (
+        in_global_order,
+        make,
+        merged_state,
+        model,
+        run,
+        topology,
+    )
+
+    store, plan = make({"sizes": [12, 10, 11, 13], "seed": 3, "buffer": buffer,
+                        "streams": streams, "q": 2})
+    got: list[tuple[int, int, str]] = []
+    state = None
+    for steps in (2, 1, 1, None):  # saved twice inside the first shards
+        ranks = topology(store, plan, 1, 0, state)
+        got += run(ranks, steps)
+        state = merged_state(ranks)
+    assert in_global_order(got) == model(store, plan)
+
+
+def test_shards_whose_store_names_no_content_id_are_read_all_the_same() -> None:
+    store = Store([3, 2], seed=1)
+
+    def open_(ref: ObjectRef, *, start: int = 0, expect: str | None = None) -> Any:
+        return io.BytesIO(store.data[ref.uri()][start:])  # no content id
+
+    plan = OrderPlan(store.refs, seed=1, epoch=0, streams=1, batch=1, buffer=0)
+    keys = [sample["__key__"] for pack in reader_rounds(plan, [0], open_)
+            for chunk in pack for sample in chunk.values]
+    assert sorted(keys) == sorted(store.samples(0) + store.samples(1))
+
+
+def test_a_resumed_shard_that_now_ends_before_its_buffered_samples_names_itself() -> None:
+    """The shard in progress is read again from its last span (sample 4's byte on, wanting
+    sample 6); now ending at that byte, the error names the shard and the byte."""
+    store = Store([12], seed=3)
+    plan = OrderPlan(store.refs, seed=3, epoch=0, streams=1, batch=2, buffer=8)
+    url = store.refs[0].uri()
+    data = store.data[url]
+    start, saved = data.index(b"s0/k004.bin"), data.index(b"s0/k008.bin")
+    entry = [2, 8, 0, saved, 8, [[0, 0, start, 4, 2]], {}]
+    store.data[url] = data[:start] + bytes(1024)
+    reader = StreamReader(plan, 0, store.open, entry=entry)
+    with pytest.raises(ObjectChangedError, match=f"no sample 6 past byte {start} ") as changed:
+        list(reader.outputs())
+    assert changed.value.url == url
+
+
+def test_a_reader_resumed_inside_a_round_still_sends_one_pack_per_group_of_rounds() -> None:
+    """A checkpoint taken sample by sample may fall inside a round (3 samples of rounds of 2):
+    resumed there, the reader still sends its rounds a group at a time, as its rank's other
+    readers do, not the rest of the epoch as one item."""
+    store = Store([8, 8], seed=2)
+    plan = OrderPlan(store.refs, seed=2, epoch=0, streams=2, batch=4, buffer=0)
+    reorderer = Reorderer(plan)
+    samples = reorderer.samples(reader_rounds(plan, [0, 1], store.open))
+    for _ in range(3):
+        next(samples)
+    state = json.loads(json.dumps(reorderer.state_dict()))
+    assert state["state"]["1"][0] % plan.per_round  # stream 1 stopped inside round 0
+    packs = list(reader_rounds(plan, [0, 1], store.open, state=state, group=1))
+    assert [sorted({chunk.round for chunk in pack}) for pack in packs] == [[r] for r in range(4)]

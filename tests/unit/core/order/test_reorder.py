@@ -37,3 +37,18 @@ def test_at_a_shards_end_the_state_names_the_next_shard_from_its_first_sample() 
     first = plan.stream_shards(0)[0]
     assert [s["__key__"] for _ in range(2) for s in next(batches)] == store.samples(first)
     assert reorderer.state_dict()["state"]["0"][:5] == [4, 4, 1, 0, 0]
+
+
+@pytest.mark.parametrize("sizes", [[4, 3], [5]])
+def test_streams_taken_sample_by_sample_to_their_end_are_done(sizes: list[int]) -> None:
+    """One sample at a time (a checkpoint may fall inside a round), a stream is marked done as
+    its last sample is taken, and a stream with no shard as its empty last chunk passes: a
+    state saved then says the epoch's end, not a place in it."""
+    store = Store(sizes, seed=1)
+    plan = OrderPlan(store.refs, seed=1, epoch=0, streams=2, batch=2, buffer=0)
+    reorderer = Reorderer(plan)
+    samples = reorderer.samples(reader_rounds(plan, [0, 1], store.open))
+    for _ in range(sum(sizes)):
+        next(samples)
+    assert next(samples, None) is None
+    assert reorderer.state_dict()["state"] == {"0": "done", "1": "done"}

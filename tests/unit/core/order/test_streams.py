@@ -587,3 +587,14 @@ def test_the_reference_model_shuffles_within_each_stream() -> None:
     assert sorted(out) == samples
     moved = [abs(out.index(key) - n) for n, key in enumerate(samples)]
     assert sum(1 for m in moved if m) > 150 and max(moved) <= 16
+
+
+def test_a_state_to_merge_without_streams_is_refused_as_such() -> None:
+    """A dict of the same header but no ``"state"`` (another loader's, or a header copied
+    alone) is refused as a state mismatch, not a ``KeyError``."""
+    store = Store([3, 3])
+    plan = OrderPlan(store.refs, seed=1, epoch=0, streams=2, batch=2, buffer=0)
+    state = Reorderer(plan, 0, 2).state_dict()
+    header = {k: v for k, v in state.items() if k != "state"}
+    with pytest.raises(StateMismatchError, match="not a deterministic-order state"):
+        merge_order_states([state, header])

@@ -3,6 +3,7 @@ stage (how shuffled deliveries are recorded: tests/unit/core/epochs/test_progres
 
 from __future__ import annotations
 
+import itertools
 import random
 
 from hypothesis import HealthCheck, given, settings
@@ -21,3 +22,16 @@ def test_shuffle_buffer_is_a_permutation(items: list[int], size: int, rng: rando
     assert sorted(out) == sorted(items)
     if size == 1:
         assert out == items
+
+
+def test_the_shuffle_buffer_sends_on_any_buffered_item_first() -> None:
+    """With the buffer full, the item yielded is drawn from every slot, not always one: over
+    seeds, each of the first ``size`` items comes out first, and the stream is not mostly in
+    its input order."""
+    size = 4
+    firsts = {next(shuffle_buffer(iter(range(100)), size, random.Random(seed)))
+              for seed in range(60)}
+    assert firsts == set(range(size))
+    out = list(shuffle_buffer(iter(range(200)), 20, random.Random(0)))
+    assert sorted(out) == list(range(200))
+    assert sum(b == a + 1 for a, b in itertools.pairwise(out)) < 50

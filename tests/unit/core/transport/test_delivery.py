@@ -143,3 +143,58 @@ def test_a_run_of_samples_is_delivered_as_its_samples_one_by_one_would_be(
     got = [(d.value, list(d.positions), d.versions, d.empty)
            for d in deliveries(mixed, batch_size=batch_size)]
     assert got == want
+
+
+@pytest.mark.parametrize("version", ["c7", None])
+@pytest.mark.parametrize("batch_size", [None, 2, 3])
+def test_a_run_names_its_own_shards_content_and_no_other(
+        version: str | None, batch_size: int | None) -> None:
+    """A run's content id goes with the deliveries of its samples, under its shard's index (not
+    a sample's ordinal), and with no delivery of another shard's samples after it; a run with
+    no content id names none (a resume would expect the content ``"None"``)."""
+    run_positions = [(7, i, 100 * (i + 1), i == 3) for i in range(4)]
+    run_triples = [(f"v{i}", position, version) for i, position in enumerate(run_positions)]
+    after = [("w0", (9, 0, 50, False), None), ("w1", (9, 1, 90, False), None)]
+    run = Columns([f"v{i}" for i in range(4)], run_positions,
+                  {VERSION: version} if version is not None else {})
+    want = [(d.value, list(d.positions), d.versions)
+            for d in deliveries([*run_triples, *after], batch_size=batch_size)]
+    got = [(d.value, list(d.positions), d.versions)
+           for d in deliveries([run, *after], batch_size=batch_size)]
+    assert got == want
+    assert all(d.versions in ({7: version}, None) for d in deliveries([run], batch_size=2))
+
+
+def test_a_batch_delivery_is_its_kept_values_collated() -> None:
+    triples = [("a", (1, 0, 10, False), None), (SKIPPED, (1, 1, 20, False), None),
+               ("c", (1, 2, 30, True), None)]
+    assert batch_delivery(triples, collate="".join).value == "ac"
+    assert batch_delivery(triples).value == ["a", "c"]
+
+
+def test_pin_memory_pins_each_tensor_of_a_batch_and_keeps_the_rest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With an accelerator, torch's DataLoader asks each item for its tensors in pinned memory:
+    every tensor in dicts, lists and tuples is pinned (for the device asked), everything else
+    and the batch's structure stay as they are, and so do the worker's warnings."""
+    import torch
+
+    from aisio.core.transport import delivery as delivery_module
+
+    pinned_for: list[Any] = []
+
+    def pin_memory(self: torch.Tensor, device: Any = None) -> torch.Tensor:
+        pinned_for.append(device)
+        return self + 100  # (no accelerator here: a copy that shows it went through)
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+    monkeypatch.setattr(delivery_module, "_can_pin", lambda: True)
+    value = {"x": [torch.tensor(1), (torch.tensor(2), "k", 3)], "y": b"raw", "z": None}
+    warned = ((UserWarning, "a skip in a worker"),)
+    for device in (None, "cuda:1"):
+        pinned_for.clear()
+        out = Delivery(value, POSITIONS, versions={3: "v"}, warned=warned).pin_memory(device)
+        assert out.value == {"x": [101, (102, "k", 3)], "y": b"raw", "z": None}
+        assert type(out.value["x"]) is list and type(out.value["x"][1]) is tuple
+        assert pinned_for == [device, device]
+        assert (list(out.positions), out.versions, out.warned) == (POSITIONS, {3: "v"}, warned)

@@ -247,3 +247,98 @@ def test_a_grown_slot_replaces_only_its_own_older_mapping() -> None:
         assert args[1] is None and rebuild(*args).open() == value
     finally:
         ring_module._held.clear()
+
+
+
+def unusual_tensors() -> dict[str, Any]:
+    """Tensors whose memory is not their value as flat bytes, or that have none."""
+    return {
+        "grad": torch.rand(16, 16, requires_grad=True),
+        "sparse": torch.eye(16).to_sparse(),
+        "csr": torch.eye(16).to_sparse_csr(),
+        "nested": torch.nested.nested_tensor([torch.arange(3.0), torch.arange(5.0)]),
+        "empty": torch.empty(0, 5),
+    }
+
+
+def same_tensor(a: Any, b: Any) -> bool:
+    if a.is_nested:
+        return b.is_nested and all(
+            torch.equal(x, y) for x, y in zip(a.unbind(), b.unbind(), strict=True))
+    if a.layout != torch.strided:
+        return b.layout == a.layout and torch.equal(a.to_dense(), b.to_dense())
+    return (a.dtype == b.dtype and a.shape == b.shape and a.requires_grad == b.requires_grad
+            and torch.equal(a.detach(), b.detach()))
+
+
+@pytest.mark.usefixtures("own_ring")
+@pytest.mark.filterwarnings("ignore:.*(sparse|nested).*:UserWarning")
+@pytest.mark.parametrize("with_slot", [False, True])
+@pytest.mark.parametrize("name", ["grad", "sparse", "csr", "nested", "empty"])
+def test_tensors_whose_memory_is_not_their_value_cross_as_torch_sends_them(
+        name: str, with_slot: bool) -> None:
+    """Grad-requiring, sparse, nested and empty tensors are left to torch's own pickling,
+    beside a payload in a slot or in a small batch pickled by value, and arrive as they were
+    (a sparse or nested tensor has no ``nbytes``: its whole batch failed to pickle, so never
+    arrived). Conjugate, negative and quantized ones are left to torch too, which loses their
+    bit or quantizer itself."""
+    from multiprocessing.reduction import ForkingPickler
+
+    from aisio.core.transport.delivery import register_reducer
+
+    register_reducer()
+    tensor = unusual_tensors()[name]
+    value = {"payload": [b"p" * BIG] * 3 if with_slot else b"", "tensor": tensor}
+    back = pickle.loads(bytes(ForkingPickler.dumps(Delivery(value, [(0, 0, 1, False)]))))
+    assert (type(back.value) is Shipped) == with_slot
+    out = back.unpack()
+    assert out["payload"] == value["payload"]
+    assert same_tensor(tensor, out["tensor"])
+
+
+def test_a_freed_slot_taken_again_is_in_flight_until_it_is_released() -> None:
+    """A slot reused for a delivery is marked in flight again: until the receiver has copied
+    it out, no later delivery may be written over it (the first would arrive with the
+    second's bytes)."""
+    ring = Ring(slots=1)
+    first = export([b"1" * BIG] * 4, ring)
+    assert first is not None
+    arrive(first).open()
+    second = export([b"2" * BIG] * 4, ring)  # the freed slot, reused
+    assert second is not None and second.key == first.key and ring.in_flight() == 1
+    assert export([b"3" * BIG] * 4, ring) is None  # in flight: pickled, not written over it
+    assert arrive(second).open() == [b"2" * BIG] * 4
+
+
+def test_a_payload_that_just_outgrows_its_slot_gets_a_larger_one() -> None:
+    """A slot holds its header and the payload: a payload as large as the slot itself does not
+    fit in it (written there, it would run past the slot's end)."""
+    ring = Ring(slots=1)
+    first = export([b"a" * BIG] * 4, ring)  # makes a slot of 1 MiB
+    assert first is not None
+    slot_size = first.slot.nbytes
+    arrive(first).release()
+    value = [b"b" * slot_size]  # the slot's size exactly: one header too many
+    bigger = export(value, ring)
+    assert bigger is not None and bigger.key[2] > first.key[2]
+    assert arrive(bigger).open() == value
+
+
+def test_a_payload_larger_than_a_slot_may_be_is_pickled_with_slots_free() -> None:
+    ring = Ring(slots=2, max_slot=2 << 20)
+    assert export([b"x" * (3 << 20)], ring) is None
+    assert ring.allocated() == 0
+
+
+def test_a_shipped_value_pickled_whole_opens_equal() -> None:
+    """What crosses is the skeleton (where each leaf lies in the slot), pickled: rebuilt in the
+    receiving process it still names each leaf's place."""
+    ring = Ring(slots=1)
+    value = {"a": [b"a" * BIG, b"b" * BIG], "t": torch.arange(BIG), "n": np.ones(BIG)}
+    shipped = export(value, ring)
+    assert shipped is not None
+    try:
+        out = pickle.loads(pickle.dumps(shipped)).open()
+    finally:
+        ring_module._held.clear()
+    assert equal(value, out)
