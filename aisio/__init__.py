@@ -45,9 +45,9 @@ if TYPE_CHECKING:
     from aisio import localetl as localetl
     from aisio import playground as playground
     from aisio import tools as tools
+    from aisio.core.decode.decoders import Decoder, to_tuple
     from aisio.core.epochs.progress import merge_states
     from aisio.core.faults.report import ErrorReport
-    from aisio.core.format.decode import Decoder, to_tuple
     from aisio.core.pipeline.loop import ResumableLoader
     from aisio.core.store.cache import ShardCache
     from aisio.core.store.config import AISConfig
@@ -78,10 +78,10 @@ if TYPE_CHECKING:
 # registered with torch as soon as torch is imported (see aisio._lazy), so `aisio --help` and
 # the light commands pay only for what they use (tests/unit/test_import_time.py).
 _LAZY = {
+    "Decoder": "aisio.core.decode.decoders",
+    "to_tuple": "aisio.core.decode.decoders",
     "merge_states": "aisio.core.epochs.progress",
     "ErrorReport": "aisio.core.faults.report",
-    "Decoder": "aisio.core.format.decode",
-    "to_tuple": "aisio.core.format.decode",
     "ResumableLoader": "aisio.core.pipeline.loop",
     "ShardCache": "aisio.core.store.cache",
     "AISConfig": "aisio.core.store.config",

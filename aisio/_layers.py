@@ -26,11 +26,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("aisio.localetl",),
     # the framework-free core, top down
     ("aisio.core.order",),      # order="deterministic": canonical streams, readers, reorder
-    ("aisio.core.pipeline",),   # options, fetch, parse, per-sample stages, the training loop
-    ("aisio.core.transport",),  # what crosses from reader processes: deliveries, shared memory
+    ("aisio.core.pipeline",),   # options, fetch, parse, shuffle, sample stages, the training loop
+    # a sample's fields decoded (the stage's decoders); what leaves a reader: collated batches,
+    # deliveries, shared memory (neighbours: neither imports the other)
+    ("aisio.core.decode", "aisio.core.transport"),
     ("aisio.core.epochs",),     # epochs, positions and resume state; the next epoch's plan
     ("aisio.core.store",),      # AIStore names, sources, the HTTP client, Get-Batch, the cache
-    ("aisio.core.format",),     # tar shards, WebDataset samples, decoders, collate
+    ("aisio.core.format",),     # tar shards read into WebDataset samples (bytes, undecoded)
     ("aisio.core.faults", "aisio.core.system"),  # errors and on_error; processes, memory, time
 )
 

@@ -26,11 +26,12 @@ import uuid
 from collections.abc import Callable
 from typing import IO, Any
 
-from aisio.core.epochs.progress import ShardTask, shuffle_buffer
+from aisio.core.epochs.progress import ShardTask
 from aisio.core.order.reader import reader_rounds
 from aisio.core.order.reorder import Reorderer, StreamShadow
 from aisio.core.order.streams import OrderPlan
 from aisio.core.pipeline.parse import task_samples
+from aisio.core.pipeline.shuffle import shuffle_buffer
 from aisio.core.store.sources import ObjectRef
 from aisio.core.store.urls import parse_ais_url
 

@@ -18,6 +18,7 @@ import time
 import webdataset as wds
 
 import aisio
+from aisio.core.decode.runs import run_plan
 from aisio.core.format.samples import iter_samples
 from aisio.core.format.tar.runs import Columns, RunPlan
 from aisio.core.pipeline.stages import SampleStage
@@ -56,7 +57,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     data = shard(args.samples)
-    plan = RunPlan.of(aisio.Decoder(None, only=["cls"]), FIELDS)
+    plan = run_plan(aisio.Decoder(None, only=["cls"]), FIELDS)
     best: dict[str, float] = {}
     for _ in range(args.rounds):
         for name, runs in (("member by member", None), ("runs", plan)):

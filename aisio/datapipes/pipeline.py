@@ -19,17 +19,17 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from aisio.core.decode.decoders import to_tuple
+from aisio.core.decode.decoders import tuple_fields as _tuple_fields
 from aisio.core.epochs.plan import EpochPlan
 from aisio.core.epochs.resample import RESAMPLED
 from aisio.core.faults.policy import is_kept
-from aisio.core.format.collate import BatchCollate
-from aisio.core.format.decode import to_tuple
-from aisio.core.format.decode import tuple_fields as _tuple_fields
 from aisio.core.format.tar.runs import RunPlan
 from aisio.core.pipeline.epoch import FastReader
 from aisio.core.pipeline.spec import PipelineSpec, check_options, documents_options
 from aisio.core.store.sources import ObjectRef, objects, resolve_one
 from aisio.core.system.threads import thread_map
+from aisio.core.transport.collate import BatchCollate
 from aisio.datapipes.base import IterableWrapper, IterDataPipe, Unhooked
 from aisio.datapipes.pipes import AISFileLoader, WebDatasetParser
 from aisio.runtime.collate import stack_collate

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 import torch.utils.data
 
-from aisio.core.format.collate import BatchCollate
 from aisio.core.pipeline.spec import PipelineSpec
+from aisio.core.transport.collate import BatchCollate
 from aisio.runtime.collate import stack_collate
 
 

@@ -14,9 +14,9 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from aisio.core.decode.decoders import IMAGE_EXTENSIONS, _extension, field_names
 from aisio.core.faults.errors import ConfigError, DataError, DecodeError
 from aisio.core.faults.policy import ErrorPolicy
-from aisio.core.format.decode import IMAGE_EXTENSIONS, _extension, field_names
 from aisio.core.pipeline.fetch import Fetcher
 from aisio.core.pipeline.parse import parse_streams
 from aisio.core.store.config import AISConfig, resolve_config

@@ -84,10 +84,10 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
 # -- files: pages made here, and files served from elsewhere in the repository -----------------
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
-    for i, part in enumerate(parts()):
+    for part in parts():
         if part in NO_PAGE:
             continue
-        below = [p for layer in _layers.LAYERS[i + 1:] for p in layer]
+        below = [p for layer in _layers.LAYERS[_layers.layer_of(part) + 1:] for p in layer]
         own = [p for p in _layers.LAYERS[_layers.layer_of(part)] if p != part]
         text = (
             f"# `{part}`\n\n{summary(part)}.\n\n"

@@ -45,7 +45,7 @@ def test_the_readme_decode_table_says_what_a_batch_is() -> None:
     from PIL import Image
     from torch.utils.data import default_collate
 
-    from aisio.core.format.decode import Decoder
+    from aisio.core.decode.decoders import Decoder
 
     rows = re.findall(r'^\| `"(\w+)"` \| `(\w+)` \| `\(([^)]*)\)` \|',
                       (ROOT / "README.md").read_text(), re.M)

@@ -569,21 +569,6 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-def shuffle_buffer(items: Iterable[Any], size: int, rng: random.Random) -> Iterator[Any]:
-    """Yields ``items`` shuffled through a buffer of ``size`` (as webdataset and torch do)."""
-    buffer: list[Any] = []
-    append, random_ = buffer.append, rng.random
-    for item in items:
-        if len(buffer) < size:
-            append(item)
-            continue
-        index = int(random_() * size)  # randrange's checks cost more than the rest of this loop
-        yield buffer[index]
-        buffer[index] = item
-    rng.shuffle(buffer)
-    yield from buffer
-
-
 __all__ = [
     "EpochProgress",
     "EpochTasks",
@@ -595,6 +580,5 @@ __all__ = [
     "merge_states",
     "shard_list_id",
     "shard_order",
-    "shuffle_buffer",
     "state_size",
 ]

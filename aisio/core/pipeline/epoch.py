@@ -26,21 +26,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from aisio.core.epochs.plan import EpochPlan
-from aisio.core.epochs.progress import ShardTask, epoch_seed, shuffle_buffer
+from aisio.core.epochs.progress import ShardTask, epoch_seed
 from aisio.core.epochs.resample import reader_share, resampled_tasks
 from aisio.core.epochs.split import Deal
 from aisio.core.faults.errors import AISIOError
 from aisio.core.faults.policy import SKIPPED, is_kept
-from aisio.core.format.collate import BatchCollate, sample_name
 from aisio.core.format.tar.runs import Columns, RunPlan
 from aisio.core.pipeline.parse import parse_streams
+from aisio.core.pipeline.shuffle import shuffle_buffer
 from aisio.core.pipeline.spec import PipelineSpec
+from aisio.core.pipeline.stages import Positioned
 from aisio.core.store.sources import ObjectRef
 from aisio.core.system.threads import thread_map
+from aisio.core.transport.collate import BatchCollate, sample_name
 from aisio.core.transport.delivery import (
     Failure,
     Placed,
-    Positioned,
     batch_delivery,
     deliveries,
     ship_errors,
@@ -105,7 +106,7 @@ def deliver(spec: PipelineSpec, triples: Iterable[Any], *, shards: Sequence[Obje
     with ``collate`` (when the spec collates), collated, each with its samples' positions; an
     aisio error ends them as a last :class:`~aisio.core.transport.delivery.Failure`. A batch
     whose images differ in size raises
-    :class:`~aisio.core.format.collate.MixedShapesError` naming its shards and samples."""
+    :class:`~aisio.core.transport.collate.MixedShapesError` naming its shards and samples."""
     batch_size = spec.batch_size
     if not (batch_size and spec.collate and collate is not None):
         return ship_errors(deliveries(triples, batch_size=batch_size), warnings=True)

@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
+from aisio.core.decode.decoders import Decoder, field_names
+from aisio.core.decode.runs import run_plan
 from aisio.core.faults.errors import ConfigError
 from aisio.core.faults.policy import ErrorPolicy, OnError, check_on_error
 from aisio.core.faults.report import ErrorReport
-from aisio.core.format.decode import Decoder, field_names
 from aisio.core.format.tar.runs import RunPlan
 from aisio.core.pipeline.fetch import Fetcher
 from aisio.core.pipeline.loader_options import LOADER_OPTIONS, loader_options_doc
@@ -198,7 +199,7 @@ class PipelineSpec:
         if (not self.batch_size or not self.collate or self.shuffle_buffer or self.decode_threads
                 or self.drop_last or self.map is not None or self.tuple_fields is None):
             return None
-        return RunPlan.of(self.decoder, self.tuple_fields)
+        return run_plan(self.decoder, self.tuple_fields)
 
     def fetcher(self) -> Fetcher:
         """Returns the fetcher that reads this pipeline's shards."""

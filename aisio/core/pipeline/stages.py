@@ -14,11 +14,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from aisio.core.decode.decoders import Decoder, FieldPicker, SampleError
+from aisio.core.epochs.progress import Position
 from aisio.core.faults.policy import SKIPPED, ErrorPolicy, OnError
 from aisio.core.faults.report import ErrorReport
-from aisio.core.format.decode import Decoder, FieldPicker, SampleError
+from aisio.core.format.tar.runs import Columns
 from aisio.core.system import timing
 from aisio.core.system.timing import StageTimes
+from aisio.core.transport.delivery import POSITION, VERSION
 
 
 class SampleStage:
@@ -28,7 +31,7 @@ class SampleStage:
         decoder: a :class:`Decoder` (or None: leave fields as they are).
         fields: fields for :func:`to_tuple` (``"jpg;png cls"`` or ``("jpg;png", "cls")``), or
             None to yield dicts.
-        on_error: ``"raise"`` the :class:`~aisio.core.format.decode.SampleError`; ``"warn"`` or
+        on_error: ``"raise"`` the :class:`~aisio.core.decode.decoders.SampleError`; ``"warn"`` or
             ``"skip"`` to return :data:`SKIPPED` and record the sample in ``report``
             (``"warn"`` also warns).
         report: where skipped samples are recorded (default: a new in-memory report).
@@ -86,4 +89,23 @@ class SampleStage:
             timing.add("decode", time.perf_counter() - start)
             timing.flush()
 
-__all__ = ["SampleStage"]
+
+class Positioned:
+    """Applies a per-sample stage (decode, tuple) to a sample and returns ``(value, position,
+    version)``: the position and the shard's content id taken out of the sample first, the
+    value :data:`~aisio.core.pipeline.stages.SKIPPED` when the stage skipped the sample (its
+    position
+    is still delivered, so that the shard can be finished). Picklable when the stage is."""
+
+    def __init__(self, stage: Any = None) -> None:
+        self.stage = stage
+
+    def __call__(self, sample: dict[str, Any]) -> tuple[Any, Position, str | None]:
+        if type(sample) is Columns:  # already staged (a run of regular samples)
+            return sample
+        position = sample.pop(POSITION)
+        version = sample.pop(VERSION, None)
+        return (self.stage(sample) if self.stage is not None else sample), position, version
+
+
+__all__ = ["Positioned", "SampleStage"]

@@ -1,7 +1,8 @@
 """What crosses from the readers to the training loop: deliveries, and errors as items.
 
 Every sample carries its position (:data:`POSITION`), and its shard's content id
-(:data:`VERSION`), from the tar parser to a :class:`Positioned` stage; :func:`deliveries` and
+(:data:`VERSION`), from the tar parser to a :class:`~aisio.core.pipeline.stages.Positioned`
+stage; :func:`deliveries` and
 :func:`batch_delivery` batch ``(value, position, version)`` triples into :class:`Delivery` items,
 which the training process unpacks and records (see
 :class:`~aisio.core.pipeline.loop.ResumableLoader`).
@@ -203,27 +204,9 @@ def give_warnings(item: Any) -> None:
         warn_in_user_code(message, category)
 
 
-class Positioned:
-    """Applies a per-sample stage (decode, tuple) to a sample and returns ``(value, position,
-    version)``: the position and the shard's content id taken out of the sample first, the
-    value :data:`~aisio.core.pipeline.stages.SKIPPED` when the stage skipped the sample (its
-    position
-    is still delivered, so that the shard can be finished). Picklable when the stage is."""
-
-    def __init__(self, stage: Any = None) -> None:
-        self.stage = stage
-
-    def __call__(self, sample: dict[str, Any]) -> tuple[Any, Position, str | None]:
-        if type(sample) is Columns:  # already staged (a run of regular samples)
-            return sample
-        position = sample.pop(POSITION)
-        version = sample.pop(VERSION, None)
-        return (self.stage(sample) if self.stage is not None else sample), position, version
-
-
 Placed = tuple[Any, Position, "str | None"]
-"""A value with its sample's position and its shard's content id, as :class:`Positioned`
-returns them."""
+"""A value with its sample's position and its shard's content id, as
+:class:`~aisio.core.pipeline.stages.Positioned` returns them."""
 
 
 def _versions(triples: Iterable[Placed]) -> dict[int, str] | None:
@@ -304,7 +287,6 @@ __all__ = [
     "Delivery",
     "Failure",
     "Placed",
-    "Positioned",
     "batch_delivery",
     "deliveries",
     "give_warnings",

@@ -22,8 +22,6 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from aisio.core.faults.errors import AISIOError
-from aisio.core.format.decode import BASIC_DECODERS, Decoder
 from aisio.core.format.tar.header import (
     BLOCK,
     NAME,
@@ -44,36 +42,11 @@ _DOT, _UNDERSCORE, _FILE, _PAX = ord("."), ord("_"), ord("0"), ord("x")
 class RunPlan:
     """What a run gives for each of a sample's picked fields, in the stage's order: ``"key"``
     (``__key__``), ``"url"`` (``__url__``), ``"raw"`` (the member's bytes) or ``"int"``
-    (``int(bytes)``, the ``cls`` decoder)."""
+    (``int(bytes)``, the ``cls`` decoder); a stage's plan is made by
+    :func:`aisio.core.decode.runs.run_plan`."""
 
     fields: tuple[str, ...]
     kinds: tuple[str, ...]
-
-    @classmethod
-    def of(cls, decoder: Decoder | None, fields: tuple[str, ...]) -> RunPlan | None:
-        """Returns the plan for a stage that decodes with ``decoder`` (a plain
-        :class:`~aisio.core.format.decode.Decoder`, or None) and picks ``fields``, or
-        None when a run cannot give what that stage gives (another decoder, a custom one, an
-        alternative between fields, a meta field other than the key and the URL)."""
-        if decoder is not None and type(decoder).__call__ is not Decoder.__call__:
-            return None
-        kinds = []
-        for field in fields:
-            if field in ("__key__", "__url__"):
-                kinds.append(field.strip("_"))
-                continue
-            if ";" in field or field.startswith("__") or field != field.lower():
-                return None
-            try:
-                found = decoder.plan(field) if decoder is not None else None
-            except AISIOError:  # a pickle it refuses: the per-sample stage says so
-                return None
-            kind = "raw" if found is None else ("int" if found is BASIC_DECODERS.get("cls")
-                                                 else None)
-            if kind is None or "." in field:  # (a suffix of two parts: left to the stage)
-                return None
-            kinds.append(kind)
-        return cls(tuple(fields), tuple(kinds))
 
 
 class Run(NamedTuple):

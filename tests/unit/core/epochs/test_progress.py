@@ -34,18 +34,18 @@ from aisio.core.epochs.progress import (
     check_state,
     epoch_tasks,
     merge_states,
-    shuffle_buffer,
     state_size,
 )
 from aisio.core.faults.errors import StateMismatchError
 from aisio.core.faults.policy import SKIPPED
 from aisio.core.pipeline.parse import task_samples
+from aisio.core.pipeline.shuffle import shuffle_buffer
+from aisio.core.pipeline.stages import Positioned
 from aisio.core.store.sources import ObjectRef
 from aisio.core.store.urls import parse_ais_url
 from aisio.core.transport.delivery import (
     POSITION,
     Delivery,
-    Positioned,
     batch_delivery,
     deliveries,
 )
@@ -408,7 +408,7 @@ def test_check_state_refuses_a_state_of_another_shard_list() -> None:
         check_state(state, refs(4)[::-1])
 
 
-# -- property 6: deliveries, batch_delivery, shuffle_buffer ----------------------------------
+# -- property 6: deliveries, batch_delivery -------------------------------------------------
 
 
 positions = st.lists(st.tuples(st.integers(0, 99), st.integers(0, 99), st.integers(0, 10**6),
@@ -449,15 +449,6 @@ def test_batch_delivery_keeps_positions_aligned_with_values(pos: list[Position],
     assert list(delivery.positions) == pos  # skipped ones included
     assert delivery.empty == (not kept)
     assert delivery.value == (kept or None)  # every kept value, in order
-
-
-@SETTINGS
-@given(st.lists(st.integers()), st.integers(1, 50), st.randoms(use_true_random=False))
-def test_shuffle_buffer_is_a_permutation(items: list[int], size: int, rng: random.Random) -> None:
-    out = list(shuffle_buffer(iter(items), size, rng))
-    assert sorted(out) == sorted(items)
-    if size == 1:
-        assert out == items
 
 
 # -- property 7: compact positions record exactly what per-sample positions did -----------

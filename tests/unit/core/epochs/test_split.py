@@ -18,9 +18,9 @@ from aisio.core.epochs.progress import (
     epoch_tasks,
     merge_states,
     shard_order,
-    shuffle_buffer,
 )
 from aisio.core.epochs.split import Deal, epoch_split, owners_of
+from aisio.core.pipeline.shuffle import shuffle_buffer
 from aisio.core.store.sources import ObjectRef
 from aisio.core.store.urls import parse_ais_url
 

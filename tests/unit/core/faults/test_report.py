@@ -37,8 +37,8 @@ def test_no_temporary_file_is_left_at_exit(tmp_path: Path) -> None:
 
 
 def test_a_skip_record_and_warning_do_not_advise_skipping_what_was_skipped() -> None:
+    from aisio.core.decode.decoders import to_tuple
     from aisio.core.faults.errors import BAD_SHARD_HINT, ShardFormatError, skipped_reason
-    from aisio.core.format.decode import to_tuple
 
     report = ErrorReport()
     record = report.record(ShardFormatError(f"shard s.tar is truncated; {BAD_SHARD_HINT}",

@@ -23,16 +23,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aisio import Decoder
+from aisio.core.decode.runs import run_plan
 from aisio.core.faults.errors import AISIOError, ShardFormatError
 from aisio.core.format.samples import iter_samples
 from aisio.core.format.tar import BLOCK, iter_tar
 from aisio.core.format.tar.fast import plain_members
 from aisio.core.format.tar.header import sound_headers
-from aisio.core.format.tar.runs import Columns, RunPlan
+from aisio.core.format.tar.runs import Columns
 
 URL = "ais://bucket/shard-003.tar"
 TAG = ("__pos__", 3, 0, frozenset(), {"__version__": "v1"})
-PLAN = RunPlan.of(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
+PLAN = run_plan(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
 BROKEN = 20  # the sample whose jpg header is made wrong: runs cover the samples before it
 
 

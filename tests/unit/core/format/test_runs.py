@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from aisio import Decoder
+from aisio.core.decode.runs import run_plan
 from aisio.core.faults.errors import AISIOError
 from aisio.core.format.samples import iter_samples
 from aisio.core.format.tar.runs import CONTINUES, Columns, RunPlan, regular_run
@@ -117,7 +118,7 @@ def _staged(read: Any, stage: SampleStage) -> tuple[str, Any, int]:
 def _both(raw: bytes, bufsize: int, fields: tuple[str, ...], decoder: Decoder | None
           ) -> tuple[Any, Any]:
     stage = SampleStage(decoder, fields)
-    plan = RunPlan.of(decoder, fields)
+    plan = run_plan(decoder, fields)
     assert plan is not None
 
     def per_member() -> Any:
@@ -229,7 +230,7 @@ def test_a_regular_shard_comes_in_runs_and_only_its_last_sample_alone() -> None:
     (whose end only the archive's end shows) come in one run."""
     raw = _regular(300)
     assert len(raw) < 1 << 20  # one read buffer
-    plan = RunPlan.of(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
+    plan = run_plan(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
     items = list(iter_samples(io.BytesIO(raw), url=URL, tag=TAG, runs=plan))
     runs = [item for item in items if type(item) is Columns]
     # The first sample is read as the buffer fills (member by member), the last alone.
@@ -281,7 +282,7 @@ class _Shouting(Decoder):
 ])
 def test_a_plan_only_for_what_a_run_gives(decoder: Decoder | None, fields: tuple[str, ...],
                                           planned: tuple[str, ...] | None) -> None:
-    plan = RunPlan.of(decoder, fields)
+    plan = run_plan(decoder, fields)
     assert (plan.kinds if plan is not None else None) == planned
 
 
@@ -307,7 +308,7 @@ def test_a_read_that_fails_while_gathering_loses_no_sample_read_before_it(fail: 
     sample whose end a run saw in the next header, which the per-member reader had not yet
     given when the read failed)."""
     raw = _regular(300)
-    plan = RunPlan.of(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
+    plan = run_plan(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
     stage = SampleStage(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
 
     def read(runs: RunPlan | None) -> list[Any]:
@@ -342,7 +343,7 @@ def test_big_samples_are_read_member_by_member() -> None:
                 _add(tar, f"s{i:05d}.cls", str(i).encode())
         return out.getvalue()
 
-    plan = RunPlan.of(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
+    plan = run_plan(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
     stage = SampleStage(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
     raw = big(200)  # ~8 MB: eight 1 MiB buffers, each with room for a run of >= 8 samples
     calls: list[int] = []

@@ -476,13 +476,14 @@ def test_a_run_after_the_sample_in_progress_numbers_on_from_the_tasks_first_ordi
     read member by member, the run after it goes on from ordinal 6, every sample numbered
     once, in order, as without runs."""
     from aisio import Decoder
+    from aisio.core.decode.runs import run_plan
     from aisio.core.format.samples import iter_samples
-    from aisio.core.format.tar.runs import Columns, RunPlan
+    from aisio.core.format.tar.runs import Columns
 
     raw = _tar_bytes([(f"s{i:05d}.{suffix}", b"%d" % i) for i in range(40)
                       for suffix in ("jpg", "cls")])
     tag: Tag = ("__pos__", 2, 5, frozenset(), {})
-    plan = RunPlan.of(Decoder(None, only=["cls"]), ("__key__", "cls"))
+    plan = run_plan(Decoder(None, only=["cls"]), ("__key__", "cls"))
     ordinals: list[int] = []
     in_runs = 0
     for item in iter_samples(io.BytesIO(raw), url=URL, tag=tag, runs=plan):

@@ -12,9 +12,9 @@ import pytest
 from PIL import Image
 
 from aisio import Decoder, ErrorReport
+from aisio.core.decode.decoders import FieldDecodeError, FieldPicker, MissingFieldError
 from aisio.core.faults.errors import DecodeError
 from aisio.core.faults.policy import SKIPPED, is_kept
-from aisio.core.format.decode import FieldDecodeError, FieldPicker, MissingFieldError
 from aisio.core.pipeline.spec import PipelineSpec
 from aisio.core.pipeline.stages import SampleStage
 

@@ -15,12 +15,12 @@ import pytest
 import aisio
 from aisio.core.faults.policy import SKIPPED
 from aisio.core.format.tar.runs import Columns
+from aisio.core.pipeline.stages import Positioned
 from aisio.core.transport.delivery import (
     POSITION,
     VERSION,
     Delivery,
     Failure,
-    Positioned,
     _to_another_process,
     batch_delivery,
     deliveries,

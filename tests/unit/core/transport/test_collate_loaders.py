@@ -1,5 +1,5 @@
 """A batch of images of different sizes, on every loader over a MemoryStore: a typed error
-naming the shard and the sample (collate alone: tests/unit/core/format/test_collate.py)."""
+naming the shard and the sample (collate alone: tests/unit/core/transport/test_collate.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for aisio.core.format.images: JPEGs decoded without PIL (simplejpeg, in both test
+"""Tests for aisio.core.decode.images: JPEGs decoded without PIL (simplejpeg, in both test
 environments) give PIL's pixels, and PIL decodes whatever simplejpeg does not."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aisio.core.format import images
-from aisio.core.format.decode import Decoder, FieldDecodeError
-from aisio.core.format.images import decode_image, jpeg_decoder
+from aisio.core.decode import images
+from aisio.core.decode.decoders import Decoder, FieldDecodeError
+from aisio.core.decode.images import decode_image, jpeg_decoder
 
 PIL_Image = pytest.importorskip("PIL.Image")
 torch = pytest.importorskip("torch")

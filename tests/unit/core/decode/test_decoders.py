@@ -1,4 +1,4 @@
-"""Tests for aisio.core.format.decode: field decoders, the Decoder class and to_tuple."""
+"""Tests for aisio.core.decode.decoders: field decoders, the Decoder class and to_tuple."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aisio.core.faults.errors import AISIOError, ConfigError, DecodeError, LoaderUnavailableError
-from aisio.core.format.decode import (
+from aisio.core.decode.decoders import (
     Decoder,
     FieldDecodeError,
     FieldPicker,
@@ -21,6 +20,7 @@ from aisio.core.format.decode import (
     field_names,
     to_tuple,
 )
+from aisio.core.faults.errors import AISIOError, ConfigError, DecodeError, LoaderUnavailableError
 from aisio.core.pipeline.stages import SampleStage
 from aisio.datapipes.pipeline import ToTuple
 

@@ -51,7 +51,7 @@ IMAGE_SPECS: Mapping[str, _ImageSpec] = MappingProxyType(
         "torchrgba": _ImageSpec("torch", True, "RGBA"),
     }
 )
-"""The image specs :class:`~aisio.core.format.decode.Decoder` accepts, by name."""
+"""The image specs :class:`~aisio.core.decode.decoders.Decoder` accepts, by name."""
 
 IMAGE_EXTENSIONS = frozenset(
     ("jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "bmp", "webp", "tif", "tiff", "gif")

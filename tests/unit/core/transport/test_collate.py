@@ -1,4 +1,4 @@
-"""Tests for aisio.core.format.collate: a batch of mixed shapes is a typed error naming its
+"""Tests for aisio.core.transport.collate: a batch of mixed shapes is a typed error naming its
 samples."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ def test_images_of_different_sizes_raise_a_typed_error_naming_the_samples() -> N
     import torch
     from torch.utils.data import default_collate
 
-    from aisio.core.format.collate import BatchCollate, MixedShapesError
+    from aisio.core.transport.collate import BatchCollate, MixedShapesError
 
     batch = [(torch.zeros(3, 8, 8), 0), (torch.zeros(3, 8, 8), 1), (torch.zeros(3, 9, 8), 2)]
     names = ["sample #0 of ais://b/a.tar", "sample #1 of ais://b/a.tar", "sample #5 of ais://b/c.tar"]

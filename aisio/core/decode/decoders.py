@@ -18,7 +18,7 @@ dot-separated part of its suffix (``seg.png`` -> ``png``); decoders are looked u
 Any other field stays ``bytes``.
 
 The image specs (``pil``, ``rgb8``, ``torchrgb8``, ...) are listed in
-:mod:`aisio.core.format.images`, which decodes images.
+:mod:`aisio.core.decode.images`, which decodes images.
 
 numpy and torch are imported only when a field needs them.
 """
@@ -35,8 +35,8 @@ from functools import partial
 from types import MappingProxyType
 from typing import Any
 
+from aisio.core.decode.images import IMAGE_EXTENSIONS, IMAGE_SPECS, decode_image
 from aisio.core.faults.errors import AISIOError, ConfigError, DecodeError, LoaderUnavailableError
-from aisio.core.format.images import IMAGE_EXTENSIONS, IMAGE_SPECS, decode_image
 
 FieldDecoder = Callable[[bytes], Any]
 """A function turning a field's bytes into a value."""
