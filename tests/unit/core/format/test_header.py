@@ -271,3 +271,29 @@ def test_a_pax_header_whose_size_reads_negative_fails_alike_on_every_path() -> N
     fast, general, runs = _every_path(bytes(raw))
     assert general[1] is not None and "invalid size field" in general[1][1]
     assert fast == general == runs and len(general[0]) >= BROKEN - 1
+
+
+@pytest.mark.parametrize("pax", ["sound", "size not octal", "too short", "not an mtime"])
+def test_a_pax_header_the_fast_path_refuses_leaves_its_member_to_the_general_reader(
+        pax: str) -> None:
+    """The fast path reads a member after a sound ``mtime`` pax header; refusing one (a size
+    not octal, shorter than an ``mtime`` record, a record that is no ``mtime``) it reads
+    nothing and returns where the member begins, for the general reader. Never a header at
+    the buffer's byte 1, which a buffer starting with a member's data may hold."""
+    member = bytearray(_shard(tarfile.PAX_FORMAT, 1_700_000_000.5))
+    assert member[BLOCK:BLOCK + 22] == b"22 mtime=1700000000.5\n"
+    if pax == "size not octal":
+        member[124:136] = b"00000000028\x00"
+    elif pax == "too short":
+        member[124:136] = b"%011o\x00" % 11
+        _with_checksum(member, 0)
+    elif pax == "not an mtime":
+        member[BLOCK:BLOCK + 22] = b"22 size=0000000000300\n"
+    data = b"\x00" + _one_member(b"other.jpg", b"y" * 10)[:BLOCK]  # a header at byte 1
+    buf = data + bytes(2 * BLOCK - len(data)) + bytes(member)
+    read: list[Any] = []
+    at = plain_members(buf, 2 * BLOCK, len(buf) - BLOCK, 0, 1, read)
+    if pax == "sound":
+        assert [name for name, *_ in read] == ["s00000.jpg"] and at > 2 * BLOCK
+    else:
+        assert (at, read) == (2 * BLOCK, [])
