@@ -373,3 +373,57 @@ def test_before_its_epoch_starts_each_rank_states_its_own_streams_only() -> None
     for loader in loaders:
         loader.load_state_dict(merged)
     assert merge_order_states([loader.local_state_dict() for loader in loaders]) == merged
+
+
+def test_a_state_of_another_epoch_starts_the_epoch_from_its_start() -> None:
+    """``start`` given a state of another epoch ignores it, as the fast order does: the epoch
+    starts afresh instead of refusing the state."""
+    run = ordered(STORE)
+    batches = iter(run)
+    next(batches)
+    state = run.state_dict()
+    assert state["epoch"] == 0
+    order = run.order
+    running = order.start(1, state)
+    assert running.resume is None and running.state_dict() == order.state_at(1, None)
+
+
+def test_a_loader_may_hand_out_many_items_of_one_worker_before_the_others() -> None:
+    """The reorder window counts items (here of 16 rounds each), not rounds: a loader that
+    hands out worker 0's 10 items before worker 1's first (``in_order=False`` may) still
+    yields the epoch, the same batches as taking the workers in turn."""
+    store = Store([150, 150], SEED)
+    spec = PipelineSpec.build(endpoint="http://127.0.0.1:9", batch_size=2, shuffle_buffer=0)
+    setup = OrderSetup.build(store.refs, spec, seed=SEED, streams=2, rank=0, world=1,
+                             epochs=EpochPlan(), where="test")
+
+    def open_epoch(epoch: int, state: dict[str, Any] | None) -> Iterator[Any]:
+        setup.epochs.publish(epoch, state)
+        plan = setup.plan(epoch)
+        group = rounds_per_item(plan, [0, 1], 2)
+        assert group == 16
+        return iter([pack for worker in range(2)
+                     for pack in reader_rounds(plan, [worker], store.open, group=group)])
+
+    run = ResumableLoader(DeterministicOrder(setup), open_epoch=open_epoch, report=spec.report)
+    in_turn = keys(list(ordered(store, workers=2, batch=2, streams=2, buffer=0)))
+    assert keys(list(run)) == in_turn and len(in_turn) == 150
+
+
+def test_when_no_stream_count_fits_shards_and_ranks_the_default_is_what_batch_and_cap_share(
+) -> None:
+    """6 samples a step over 1 shard on 2 ranks: no divisor of 6 up to the shards is a
+    multiple of 2, so ``streams=`` defaults to gcd(6, STREAMS_CAP) = 2 (one stream without a
+    shard, warned of), which the ranks share."""
+    spec = PipelineSpec.build(endpoint="http://127.0.0.1:9", batch_size=6)
+    with pytest.warns(UserWarning, match="streams=2 over 1 shards"):
+        setup = OrderSetup.build(STORE.refs[:1], spec, seed=0, streams=None, rank=0, world=2,
+                                 epochs=EpochPlan(), where="f")
+    assert setup.streams == 2
+
+
+def test_one_stream_reads_every_shard_in_batches_of_the_global_size() -> None:
+    got = keys(list(ordered(STORE, streams=1, workers=1)))
+    assert sorted(k for batch in got for k in batch) == sorted(
+        key for index in range(len(SIZES)) for key in STORE.samples(index))
+    assert {len(batch) for batch in got[:-1]} == {8}
