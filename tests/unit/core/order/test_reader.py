@@ -250,3 +250,60 @@ def test_a_reader_resumed_inside_a_round_still_sends_one_pack_per_group_of_round
     assert state["state"]["1"][0] % plan.per_round  # stream 1 stopped inside round 0
     packs = list(reader_rounds(plan, [0, 1], store.open, state=state, group=1))
     assert [sorted({chunk.round for chunk in pack}) for pack in packs] == [[r] for r in range(4)]
+
+
+@pytest.mark.parametrize("content_ids", [True, False])
+def test_samples_read_again_for_a_buffer_are_delivered_as_the_uninterrupted_run_has_them(
+        content_ids: bool) -> None:
+    """Resumed with its buffer holding samples of a shard before the one in progress (read
+    again by a request of their own), the stream delivers, field for field, the samples of the
+    uninterrupted run: the content id the parser tags each with taken out, whether or not the
+    store names one."""
+    store = Store([12, 12, 12], seed=3)
+
+    def open_(ref: ObjectRef, *, start: int = 0, expect: str | None = None) -> Any:
+        if content_ids:
+            return store.open(ref, start=start, expect=expect)
+        return io.BytesIO(store.data[ref.uri()][start:])
+
+    plan = OrderPlan(store.refs, seed=3, epoch=0, streams=1, batch=2, buffer=8)
+    whole = [sample for batch in Reorderer(plan).batches(reader_rounds(plan, [0], open_))
+             for sample in batch]
+    reorderer = Reorderer(plan)
+    items = reorderer.batches(reader_rounds(plan, [0], open_))
+    first = [sample for _ in range(5) for sample in next(items)]
+    state = json.loads(json.dumps(reorderer.state_dict()))
+    place, spans = state["state"]["0"][2], state["state"]["0"][5]
+    assert any(span[0] != plan.stream_shards(0)[place] for span in spans)  # not the shard read on
+    rest = [sample for batch in Reorderer(plan, state=state).batches(
+        reader_rounds(plan, [0], open_, state=state)) for sample in batch]
+    assert first + rest == whole and len(whole) == 36
+
+
+def test_a_shard_that_fails_mid_read_with_an_error_naming_no_object_is_recorded_as_itself(
+) -> None:
+    """on_error="skip": a shard whose stream fails after half its bytes, with an error that
+    names no object, is recorded under its own URL with the samples it delivered."""
+    store = Store([6, 6], seed=2)
+    torn = store.refs[1].uri()
+    cut = len(store.data[torn]) // 2
+
+    class Torn(io.BytesIO):
+        def read(self, size: int | None = -1) -> bytes:
+            if self.tell() >= cut:
+                raise ObjectNotFoundError("gone")  # (an error that does not name the object)
+            left = cut - self.tell()
+            return super().read(left if size is None or size < 0 else min(size, left))
+
+    def opener(ref: ObjectRef, *, start: int = 0, expect: str | None = None) -> Any:
+        if ref.uri() == torn:
+            return Torn(store.data[torn][start:])
+        return store.open(ref, start=start, expect=expect)
+
+    policy = ErrorPolicy("skip", ErrorReport())
+    plan = OrderPlan(store.refs, seed=5, epoch=0, streams=2, batch=2, buffer=0)
+    delivered = [value["__key__"] for pack in reader_rounds(plan, [0, 1], opener, policy=policy)
+                 for chunk in pack for value in chunk.values]
+    (record,) = policy.report.records()
+    assert record["shard"] == torn
+    assert record["samples"] == sum(key.startswith("s1/") for key in delivered) > 0
