@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from aisio.core.faults import policy
 from aisio.core.faults.errors import ShardFormatError
 from aisio.core.faults.policy import warn_in_user_code
 from aisio.core.transport.delivery import Delivery, Failure, give_warnings, ship_errors
@@ -57,3 +58,25 @@ def test_in_the_training_process_a_warning_is_given_at_once() -> None:
     with pytest.warns(UserWarning, match="shard bad"):
         items = list(ship_errors(_readers(False), warnings=True))
     assert all(not item.warned for item in items)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_in_a_worker_warnings_ride_with_the_items_and_the_last_on_an_empty_delivery(
+        fail: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the forked test above checks of the items, in this process taken for a worker
+    (so that it also runs where that one cannot, under mutation testing): each warning rides
+    with the item made while it was given, those after the last item with the failure or on
+    an empty delivery that names no sample and holds nothing to yield; none is given here."""
+    monkeypatch.setattr(policy.multiprocessing, "parent_process", lambda: object())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        items = list(ship_errors(_readers(fail), warnings=True))
+    assert seen == []
+    first, last = pickle.loads(pickle.dumps(items))
+    assert first.warned == ((UserWarning, "first shard bad"),)
+    assert last.warned == ((UserWarning, "second shard bad"),)
+    if fail:
+        assert type(last) is Failure and type(last.error) is ShardFormatError
+    else:
+        assert type(last) is Delivery and last.empty is True
+        assert last.value is None and list(last.positions) == []
