@@ -117,9 +117,10 @@ def generate() -> None:
 
 
 def forget_gone_files() -> None:
-    """Removes from ``mutants/`` the copies of source files that no longer exist (a module that
-    moved would otherwise be imported from its old place, or shadow its new one)."""
-    for copy in Path("mutants/aisio").rglob("*"):
+    """Removes from ``mutants/`` the copies of source and test files that no longer exist (a
+    module that moved would otherwise be imported from its old place, or shadow its new one;
+    a test file that moved would be collected twice, its old copy importing the old place)."""
+    for copy in [*Path("mutants/aisio").rglob("*"), *Path("mutants/tests").rglob("*")]:
         source = copy.relative_to("mutants")
         for suffix in (".meta", ".spans"):
             if copy.name.endswith(".py" + suffix):
