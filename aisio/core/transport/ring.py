@@ -280,8 +280,8 @@ def _by_value(value: Any) -> Any:
     if kind is dict:
         return {k: _by_value(v) for k, v in value.items()}
     torch = sys.modules.get("torch")
-    if (torch is not None and kind is torch.Tensor and value.layout == torch.strided
-            and not value.is_nested and value.nbytes < MIN_TOTAL and value.device.type == "cpu"
+    if (torch is not None and kind is torch.Tensor and _flat(value, torch)
+            and value.nbytes < MIN_TOTAL and value.device.type == "cpu"
             and not (value.requires_grad or value.is_quantized or value.is_conj()
                      or value.is_neg())):
         return _ByValue(value)
@@ -310,6 +310,12 @@ def _tensor(data: Any, dtype: Any, shape: tuple[int, ...], pin: bool = False) ->
     return out
 
 
+def _flat(value: Any, torch: Any) -> bool:
+    """Returns whether tensor ``value`` is one block of memory (strided, not nested): the only
+    kind that has ``nbytes`` to copy; sparse and nested ones cross as torch sends them."""
+    return bool(value.layout == torch.strided and not value.is_nested)
+
+
 def _estimate(value: Any) -> int:
     """Returns about how many payload bytes ``value`` holds, from the first item of a long
     list or tuple (a batch of like samples): enough to pass small batches by cheaply."""
@@ -325,7 +331,7 @@ def _estimate(value: Any) -> int:
     torch, numpy = sys.modules.get("torch"), sys.modules.get("numpy")
     if torch is not None and kind is torch.Tensor:
         # sparse and nested tensors have no nbytes (or no flat bytes): torch's way, below
-        return int(value.nbytes) if value.layout == torch.strided and not value.is_nested else 0
+        return int(value.nbytes) if _flat(value, torch) else 0
     if numpy is not None and kind is numpy.ndarray:
         return int(value.nbytes)
     return 0
@@ -347,8 +353,7 @@ def _strip(value: Any, pieces: list[tuple[_Piece, Any]], total: list[int]) -> An
     torch = sys.modules.get("torch")
     if torch is not None and kind is torch.Tensor:
         # Tensors of any size: left behind, torch would pass each in a segment of its own
-        if (value.device.type != "cpu" or value.layout != torch.strided or value.is_nested
-                or value.requires_grad
+        if (value.device.type != "cpu" or not _flat(value, torch) or value.requires_grad
                 or value.is_quantized or value.is_conj() or value.is_neg() or not value.nbytes):
             return value
         return _place(_Piece("t", 0, value.nbytes, value.dtype, tuple(value.shape)),
