@@ -7,8 +7,10 @@ whose source changed is run again; one that did not keeps its results, even if i
 (it is found by name and hash in the module it came from). So each run continues the last:
 
 1. make the mutants (mutmut's own step; ``mutants/`` is its cache, each file made again only
-   when its source changed), and read every mutant's name from mutmut's records;
-2. restore the kept results into those records; what has none is still to do;
+   when its source changed), and read every mutant's name from mutmut's records; forget what
+   mutmut recorded of the tests whose file changed, so that it traces them again;
+2. restore the kept results into those records; what has none is still to do, and so is a
+   "no tests" (mutmut answers it at once, from the tests as they are now);
 3. ``mutmut run`` with those names only, at most ``--budget`` seconds (stopped then; every
    mutant that finished has its result);
 4. write each finished mutant's result back into the kept file (with, for a survivor, its
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import ast
 import fnmatch
+import hashlib
 import json
 import os
 import signal
@@ -112,6 +115,7 @@ def generate() -> None:
             "m.store_lines_covered_by_tests(); m.create_mutants(1)\n")
     os.makedirs("mutants", exist_ok=True)
     forget_gone_files()
+    forget_changed_tests()
     with LOG.open("a") as log:
         subprocess.run([sys.executable, "-c", code], check=True, stdout=log, stderr=log)
 
@@ -127,6 +131,36 @@ def forget_gone_files() -> None:
                 source = source.with_name(copy.name[:-len(suffix)])
         if copy.is_file() and source.suffix == ".py" and not source.exists():
             copy.unlink()
+
+
+STATS = Path("mutants/mutmut-stats.json")
+TEST_HASHES = Path("mutants/aisio-test-hashes.json")
+
+
+def forget_changed_tests() -> None:
+    """Takes out of mutmut's record of which tests reach which functions every test whose file
+    changed since that record was made (a helper or ``conftest.py``: every test in its folder),
+    so that mutmut records them again. mutmut itself records only tests with a new name: a test
+    whose body changed kept what its old body reached (``runtime/dist.py``'s two-rank tests,
+    once rank 0 ran in the test's process, still reached nothing). With no hashes kept, every
+    test is taken out (recorded again once)."""
+    hashes = {str(path): hashlib.sha256(path.read_bytes()).hexdigest()
+              for path in sorted(Path("tests").rglob("*.py"))}
+    old = json.loads(TEST_HASHES.read_text()) if TEST_HASHES.exists() else {}
+    changed = [path for path in hashes.keys() | old.keys() if hashes.get(path) != old.get(path)]
+    if STATS.exists() and changed:
+        stats = json.loads(STATS.read_text())
+        prefixes = tuple(f"{path}::" if Path(path).name.startswith("test_")
+                         else f"{Path(path).parent}/" for path in changed)
+        stale = {test for test in stats["duration_by_test"] if test.startswith(prefixes)}
+        for test in stale:
+            del stats["duration_by_test"][test]
+        for function, tests in stats["tests_by_mangled_function_name"].items():
+            stats["tests_by_mangled_function_name"][function] = [
+                test for test in tests if test not in stale]
+        STATS.write_text(json.dumps(stats, indent=4))
+        print(f"{len(changed)} test files changed: {len(stale)} tests to be traced again")
+    TEST_HASHES.write_text(json.dumps(hashes, indent=1))
 
 
 def in_scope() -> list[Path]:
@@ -183,6 +217,11 @@ CODE = {"killed": 1, "survived": 0, "no tests": 33, "timeout": 36, "skipped": 34
         "suspicious": 35, "type check": 37, "message": MESSAGE}
 
 
+#: "no tests" is a fact about the tests, not the mutant: it is asked again every run (mutmut
+#: answers it at once, from its record of which tests reach which functions)
+NO_TESTS = (5, 33)
+
+
 def load_kept() -> dict[str, Any]:
     """The kept results, by ``module.function``: ``hash``, ``mutants``, ``codes`` (each
     mutant's number, as a string, to its exit code) and ``lines`` (survivors' lines)."""
@@ -215,7 +254,8 @@ def restore(records: Records, kept: dict[str, Any]) -> int:
             if entry is None or entry["hash"] != hashes.get(function):
                 entry = by_hash.get((function, hashes.get(function, "")))  # moved here?
             number = name.rpartition("__mutmut_")[2]
-            codes[name] = None if entry is None else entry["codes"].get(number)
+            code = None if entry is None else entry["codes"].get(number)
+            codes[name] = None if code in NO_TESTS else code  # (asked again: see NO_TESTS)
             count += codes[name] is not None
         (Path("mutants") / f"{path}.meta").write_text(json.dumps(record))
     return count
@@ -280,7 +320,7 @@ def save_kept(records: Records, kept: dict[str, Any], ran: set[str],
             if name in ran and status is not None:
                 entry["codes"][number] = code
                 finished += 1
-            if (entry["codes"].get(number) in (0, 5, 33)
+            if (entry["codes"].get(number) in (0, *NO_TESTS)
                     and f"{function}__mutmut_{number}" in functions):
                 how, line = mutation_report.kind(functions[f"{function}__mutmut_orig"],
                                                  functions[f"{function}__mutmut_{number}"])

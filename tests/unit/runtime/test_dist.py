@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import tempfile
+import time
 import traceback
 import warnings
 from collections.abc import Callable
@@ -207,3 +208,31 @@ def test_each_loader_gathers_its_own_ranks_states_through_its_exchange() -> None
         assert second["done"] == [[2, 3]] and second["delivered"] == 2
     plain = _Exchanging({"x": 1})
     assert aisio_dist.with_exchange(plain) is plain and plain.exchange is None  # one process
+
+
+def _only_rank_zero_asks(rank: int) -> dict[str, Any] | None:
+    """Rank 0 asks for the state (``if accelerator.is_main_process: save_state()``); rank 1
+    does not, and waits for it at the same step, as at ``wait_for_everyone()`` (here on a key
+    of the store: no collective it could answer by mistake)."""
+    loader = aisio_dist.with_exchange(_Exchanging(_progress(rank).state_dict()))
+    store = loader.exchange.store
+    try:
+        if rank == 0:
+            state = aisio_dist.gather_state(loader)
+            store.set("saved", "1")
+            return state
+        for _ in range(12_000):  # (at most two minutes; on_ranks gives up at the same time)
+            if store.check(["saved"]):
+                return None
+            time.sleep(0.01)
+        raise AssertionError("rank 0 never saved")
+    finally:
+        loader.exchange.stop()
+
+
+def test_a_state_asked_by_rank_zero_alone_is_every_ranks_through_the_exchange() -> None:
+    """The save on the main process alone (issue #37): rank 1's answering thread gives its
+    state while it waits; a collective here would wait for rank 1 until the group's timeout."""
+    state, waited = on_ranks(_only_rank_zero_asks)
+    assert waited is None
+    assert state["done"] == [[0, 1]] and state["delivered"] == 4
