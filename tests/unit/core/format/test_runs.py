@@ -485,3 +485,35 @@ def _regular_labelled(samples: int) -> bytes:
             _add(tar, f"s{i:05d}.jpg", bytes([i % 256]) * (100 + i))
             _add(tar, f"s{i:05d}.cls", str(10_000_000 + i).encode())
     return out.getvalue()
+
+
+def test_a_big_member_read_from_the_buffer_ends_the_runs_for_the_rest_of_the_shard() -> None:
+    """The rule of ``test_big_samples_are_read_member_by_member`` also where the first big
+    member comes from the read buffer, after a run: an irregular sample ends the run, big ones
+    follow it in the same buffer, and no later buffer of small samples is looked at for runs
+    (the values, positions and errors as per member)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(3000):
+            odd = "extra" if i == 100 else None
+            payload = bytes([i % 256]) * (40_000 if 101 <= i < 104 else 100)
+            _sample(tar, tarfile.USTAR_FORMAT, i, odd, payload, i)
+    raw = out.getvalue()
+    assert len(raw) > 4 << 20  # buffers of small samples after the big ones
+    reference, runs = _both(raw, 1 << 20, ("__key__", "jpg", "cls"), Decoder(None, only=["cls"]))
+    assert runs[:2] == reference[:2]
+    assert 50 <= runs[2] <= 100  # the samples before the irregular one, and none after it
+
+
+@pytest.mark.parametrize("case", ["no tag", "skips", "ends", "not fast"])
+def test_a_plan_where_runs_cannot_apply_is_ignored(case: str) -> None:
+    """Runs need a tag that skips nothing, no ends and the fast path: a plan given anyway (a
+    resumed shard task skips the samples it delivered) changes nothing."""
+    raw = _regular(300)
+    plan = run_plan(Decoder(None, only=["cls"]), ("__key__", "jpg", "cls"))
+    options: dict[str, Any] = {
+        "no tag": {}, "skips": {"tag": (*TAG[:3], frozenset({0, 1}), TAG[4])},
+        "ends": {"tag": TAG, "ends": True}, "not fast": {"tag": TAG, "fast": False}}[case]
+    expected = list(iter_samples(io.BytesIO(raw), url=URL, **options))
+    assert list(iter_samples(io.BytesIO(raw), url=URL, runs=plan, **options)) == expected
+    assert len(expected) == 300 - ("skips" in case) * 2

@@ -278,3 +278,33 @@ def test_a_bad_pax_mtime_header_is_left_to_the_general_reader(edit: str) -> None
         raw[record:record + 2] = b"%02d" % (int(raw[record:record + 2]) - 1)
     fast, general, composed = _three_ways(bytes(raw), 1 << 20)
     assert fast == general == composed and fast[0] == "error"
+
+
+def test_a_pax_header_whose_size_field_has_no_nul_is_left_to_the_general_reader() -> None:
+    """A pax header whose size fills its field's 12 bytes with octal digits (no NUL, as some
+    writers do) and whose first record is an mtime: the fast path, which reads a size of 11
+    digits, must not take it for an mtime-only header and skip the records after it (here a
+    ``path`` that renames the member)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for i in range(12):
+            for suffix in ("jpg", "cls"):
+                info = tarfile.TarInfo(f"s{i:03d}.{suffix}")
+                info.mtime = 123
+                if (i, suffix) == (5, "cls"):
+                    # 104 bytes of records (0o150): 11 digits read "0o15", the first's 13
+                    info.pax_headers = {"mtime": "123", "comment": "c" * 62,
+                                        "path": "s005.txt"}
+                data = bytes([i]) * 300
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    raw = bytearray(out.getvalue())
+    at = raw.index(b"././@PaxHeader")
+    size = int(raw[at + 124:at + 136].rstrip(b"\0"), 8)
+    assert raw[at + 512:at + 525] == b"13 mtime=123\n" and size == 0o150
+    raw[at + 124:at + 136] = b"%012o" % size
+    raw[at + 148:at + 156] = b" " * 8
+    raw[at + 148:at + 156] = b"%06o\0 " % sum(raw[at:at + 512])
+    fast, general, composed = _three_ways(bytes(raw), 1 << 20)
+    assert fast == general == composed and fast[0] == "ok"
+    assert {"txt", "jpg"} <= set(fast[1][5][0]) and "cls" not in fast[1][5][0]

@@ -598,3 +598,19 @@ def test_a_state_to_merge_without_streams_is_refused_as_such() -> None:
     header = {k: v for k, v in state.items() if k != "state"}
     with pytest.raises(StateMismatchError, match="not a deterministic-order state"):
         merge_order_states([state, header])
+
+
+def test_exactly_a_window_of_rounds_may_wait_and_one_more_is_refused() -> None:
+    """``window`` is the most rounds that may wait for an earlier one: the first five rounds
+    arriving last, round 0 after the four others, fill a window of 5 exactly (and come out in
+    order); a window of 4 refuses them."""
+    store = Store([150] * 8, seed=8)
+    plan = OrderPlan(store.refs, seed=8, epoch=0, streams=8, batch=8, buffer=0)
+    streams = plan.rank_streams(0, 1)
+    packs = list(reader_rounds(plan, streams, store.open, group=1))
+    assert all(len(pack) == len(streams) for pack in packs[:5])  # a chunk per stream a round
+    late = [*reversed(packs[:5]), *packs[5:]]
+    expected = [key for _, key in model(store, plan)]
+    assert [s["__key__"] for b in Reorderer(plan, window=5).batches(late) for s in b] == expected
+    with pytest.raises(AssertionError, match="more than 4 rounds wait for round 0"):
+        list(Reorderer(plan, window=4).batches(late))

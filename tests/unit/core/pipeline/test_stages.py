@@ -136,3 +136,11 @@ def test_missing_field_advice_names_fixes_that_work() -> None:
                               on_error="skip")
     stage = spec.stage()
     assert stage is not None and stage(sample) is SKIPPED  # "cls" is missing: skipped
+
+
+def test_a_stage_given_no_report_records_its_skips_in_its_own() -> None:
+    """``stage.report`` is where a stage built without a report records the samples it skips
+    (its docstring's example; the loaders pass theirs)."""
+    stage = SampleStage(None, "jpg;png txt", on_error="skip")
+    assert stage({"__key__": "a", "__url__": URL, "jpg": b"x"}) is SKIPPED
+    assert [record["member"] for record in stage.report.records()] == ["a.txt"]
