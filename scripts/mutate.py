@@ -51,7 +51,9 @@ LOG = Path("mutants/mutate.log")
 #: mutmut's exit codes, as kept (a mutant interrupted by the budget, or killed by a signal
 #: from outside, has no result: it is run again)
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests",
-          24: "timeout", -24: "timeout", 36: "timeout", 152: "timeout", 255: "timeout",
+          24: "timeout", -24: "timeout", 36: "timeout", 152: "timeout",
+          # (not 255, which mutmut's table calls a timeout: its fork server's worker exits -1
+          # when running the tests raised, e.g. pytest's usage error; no test ran, so no result)
           # (-9: SIGKILLed by mutmut's runner past its time limit, e.g. a test left waiting on
           # a rank that never answers: mutmut calls it a segfault; the tests did not pass)
           -9: "timeout",
