@@ -614,3 +614,20 @@ def test_exactly_a_window_of_rounds_may_wait_and_one_more_is_refused() -> None:
     assert [s["__key__"] for b in Reorderer(plan, window=5).batches(late) for s in b] == expected
     with pytest.raises(AssertionError, match="more than 4 rounds wait for round 0"):
         list(Reorderer(plan, window=4).batches(late))
+
+
+def test_a_state_check_names_what_it_got_and_takes_entries_without_content_ids() -> None:
+    """What is not a dict is refused by name (no AttributeError from the check itself); a
+    state saved before content ids were kept (entries of 6 fields, not 7) is still taken."""
+    store = Store([4, 4, 4, 4], seed=2)
+    plan = OrderPlan(store.refs, seed=2, epoch=0, streams=2, batch=4, buffer=3)
+    ranks = topology(store, plan, 2, 1, None)
+    run(ranks, 1)
+    state = merge_order_states([r.state_dict() for r, _ in ranks])
+    for wrong, name in [([1, 2], "list"), (None, "NoneType")]:
+        with pytest.raises(StateMismatchError, match=f"got {name}; pass what the loader's"):
+            check_order_state(wrong, plan)
+    entries = state["state"]
+    assert any(value != "done" and len(value) == 7 for value in entries.values())
+    older = {stream: value if value == "done" else value[:6] for stream, value in entries.items()}
+    check_order_state({**state, "state": older}, plan)
