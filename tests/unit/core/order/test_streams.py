@@ -631,3 +631,19 @@ def test_a_state_check_names_what_it_got_and_takes_entries_without_content_ids()
     assert any(value != "done" and len(value) == 7 for value in entries.values())
     older = {stream: value if value == "done" else value[:6] for stream, value in entries.items()}
     check_order_state({**state, "state": older}, plan)
+
+
+def test_a_leaving_sample_of_the_right_number_but_another_place_is_a_loud_bug() -> None:
+    """The shadow checks a leaving sample's shard and its ordinal, each: a reader that sent
+    sample 0's number with another shard, or with another ordinal, raises as one that sent
+    a number never held does."""
+    from aisio.core.order.reorder import StreamShadow
+
+    store = Store([6, 6], seed=2)
+    plan = OrderPlan(store.refs, seed=2, epoch=0, streams=1, batch=2, buffer=2)
+    shard, other = plan.stream_shards(0)[:2]
+    first = (shard, 0, 0, 10, False, 0)
+    for wrong in [(other, 0, 0, 10, False, 0), (shard, 1, 0, 10, False, 0)]:
+        shadow = StreamShadow(plan, 0)
+        with pytest.raises(AssertionError, match="which its buffer did not hold"):
+            shadow.deliver((wrong, [first]))
