@@ -98,6 +98,12 @@ def main() -> int:
     if todo:
         run(todo, args.budget - (time.monotonic() - start), args.examples, args.workers)
     records = read_records()
+    failed = [name for name, (_, code) in all_mutants(records).items()
+              if code == 255 and name in set(todo)]
+    if failed:
+        print(f"{len(failed)} mutants got no verdict: mutmut could not run their tests (exit "
+              "255; e.g. pytest refused a test id it cannot select again, see "
+              f"tests/unit/conftest.py); they stay to do. The first: {failed[0]}")
     finished = save_kept(records, kept, set(todo), dict.fromkeys(messages, MESSAGE))
     left = total - sum(len(entry["codes"]) for entry in kept.values())
     print(f"{finished} of the {len(todo)} run have a result; {left} of {total} have none yet "

@@ -6,6 +6,11 @@ a :class:`~aisio.MemoryStore` instead of a cluster (``store=``): the fixtures ``
 Under ``make mutate`` (``scripts/mutate.py`` sets ``AISIO_MUTATION_EXAMPLES``) each property
 test draws at most that many examples, the same ones on every run (``derandomize``): a mutant's
 tests run thousands of times there, and a mutant's verdict must not depend on the draw.
+
+A parametrized test's id holds no backslash or bracket (``pytest_make_parametrize_id``): the
+mutation run selects each test again by its id, which pytest cannot match back when the id
+escapes a byte (it then refuses the whole run, and every mutant those tests reach went
+without a verdict).
 """
 
 from __future__ import annotations
@@ -51,6 +56,17 @@ def store(bucket: Bucket) -> MemoryStore:
 def jpeg_shards(store: MemoryStore, bucket: Bucket) -> str:
     """Two shards of 10 (jpg, json, cls) samples; sample s1/0003's JPEG is cut short."""
     return write_jpeg_shards(store, bucket)
+
+
+def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+    """The id of a text or bytes parameter, where pytest's own would escape a character: the
+    value's printable characters, any other as ``_`` (see the module's doc)."""
+    text = val.decode("latin-1") if isinstance(val, bytes) else val
+    if not isinstance(text, str):
+        return None
+    plain = "".join(ch if ch.isascii() and ch.isprintable() and ch not in "\\[]" else "_"
+                    for ch in text)
+    return None if plain == text else plain
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
