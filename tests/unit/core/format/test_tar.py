@@ -666,3 +666,32 @@ def test_a_shard_cut_after_an_extended_header_names_itself_and_the_byte() -> Non
     with pytest.raises(ShardFormatError, match="inside record") as info:
         read_all(record, bufsize=1024)
     assert info.value.url == URL and info.value.offset == 1512
+
+
+def test_a_ustar_prefix_of_one_character_is_part_of_the_name() -> None:
+    """The prefix field is used when its first byte is set, however short (``d`` here)."""
+    name = "d/" + "x" * 99
+    raw = make_tar([(name, b"data")], tarfile.USTAR_FORMAT)
+    assert raw[345:347] == b"d\x00"  # a prefix of one byte
+    assert names_and_data(read_all(raw)) == [(name, b"data")]
+
+
+def test_a_read_failing_past_what_is_needed_is_raised_once_the_bytes_before_it_are_used() -> None:
+    """Gathering reads ahead of what the parser needs: a read that fails once the needed bytes
+    are in (here exactly them) leaves those bytes to be parsed, and the error is raised at the
+    next fill, not dropped (the stream then says it ended)."""
+    from aisio.core.format.tar.stream import _Source
+
+    reads = iter([b"x" * 512, OSError("connection reset"), b""])
+
+    def read(size: int) -> bytes:
+        step = next(reads)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+    source = _Source(read, 0, 4096, gather=True)
+    assert source.fill(512) == 512 and source.buf == b"x" * 512
+    source.pos = 512
+    with pytest.raises(OSError, match="connection reset"):
+        source.fill(512)
