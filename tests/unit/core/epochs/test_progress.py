@@ -757,3 +757,23 @@ def test_check_state_refuses_a_corrupt_base_world_or_owners(key: str, value: Any
     are checked with the rest: a corrupt one is refused up front, as corrupt."""
     with pytest.raises(StateMismatchError, match="corrupt"):
         check_state({**good_state(), key: value}, refs(4))
+
+
+def test_runs_after_a_shards_last_sample_or_over_delivered_ones_record_as_per_sample() -> None:
+    """Two cases the fast path of a run must leave to the per-sample one: a run that fills a
+    shard up to a last sample delivered before it (the shard is then done), and a run of
+    samples delivered already (a repeat; its shard's last sample again)."""
+    shards = refs(4)
+
+    def run(shard: int, first: int, count: int, last: bool = False) -> list[Position]:
+        return [(shard, k, end_of(shard, k), last and k == first + count - 1)
+                for k in range(first, first + count)]
+
+    late_last = [run(0, 6, 1, last=True), run(0, 0, 6), run(1, 0, 6)]
+    per_sample, compact = record_both(late_last, None, shards)
+    assert per_sample == compact and per_sample[0] == "ok"
+    assert per_sample[1]["done"] == [[0, 0]]
+    for repeat in ([run(2, 0, 6), run(2, 0, 6)],
+                   [run(3, 9, 1, last=True), run(3, 6, 4, last=True)]):
+        per_sample, compact = record_both(repeat, None, shards)
+        assert per_sample == compact
