@@ -695,3 +695,17 @@ def test_a_read_failing_past_what_is_needed_is_raised_once_the_bytes_before_it_a
     source.pos = 512
     with pytest.raises(OSError, match="connection reset"):
         source.fill(512)
+
+
+def test_a_pax_size_applies_to_the_next_file_not_to_a_long_name_record_between() -> None:
+    """A pax header's ``size`` is the next *file's*: a GNU long-name record between them keeps
+    its own size (read with the pax size, its name's bytes would be cut and the archive read
+    from the wrong place)."""
+
+    record = b"10 size=5\n"
+    longname = b"d" * 120 + b"/sample.cls"
+    raw = (raw_header(b"././@PaxHeader", b"%011o" % len(record), b"x") + pad(record)
+           + raw_header(b"././@LongLink", b"%011o" % (len(longname) + 1), b"L")
+           + pad(longname + b"\x00")
+           + raw_header(b"short.cls", b"%011o" % 5) + pad(b"12345") + bytes(1024))
+    assert names_and_data(read_all(raw)) == [(longname.decode(), b"12345")]
