@@ -80,3 +80,16 @@ def test_in_a_worker_warnings_ride_with_the_items_and_the_last_on_an_empty_deliv
     else:
         assert type(last) is Delivery and last.empty is True
         assert last.value is None and list(last.positions) == []
+
+
+def test_a_deliverys_carried_warnings_are_given_with_their_category_and_text() -> None:
+    """What a worker warned reaches the user's loop as it was warned (the travelling test
+    above runs a real worker and checks where; this checks what, in process)."""
+    item = Delivery([1], [(0, 0, 512, False)], False, None,
+                    ((RuntimeWarning, "shard 1 skipped"), (UserWarning, "uneven")))
+    with warnings.catch_warnings(record=True) as given:
+        warnings.simplefilter("always")
+        give_warnings(item)
+        give_warnings(object())  # (nothing carried)
+    assert [(w.category, str(w.message)) for w in given] == [
+        (RuntimeWarning, "shard 1 skipped"), (UserWarning, "uneven")]
