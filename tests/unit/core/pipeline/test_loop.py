@@ -320,3 +320,25 @@ def test_each_epoch_asks_the_trainer_check_before_its_first_batch(
     run = loader()
     run.check_iteration = asked.append
     assert flat(list(run)) and asked == [run]
+
+
+def test_an_epochs_deliveries_give_the_warnings_a_worker_carried() -> None:
+    """What a worker warned reaches the training loop with its delivery (in process: the
+    travelling test runs a real worker and is not run per mutant)."""
+    epoch = FastOrder(SHARDS, seed=7).start(0, None)
+    item = Delivery([1], [(0, 0, 512, False)], False, None, ((UserWarning, "shard 2 skipped"),))
+    with pytest.warns(UserWarning, match="shard 2 skipped"):
+        assert [batch for batch, _ in epoch.batches([item])] == [[1]]
+    assert epoch.held() == 0
+
+
+def test_a_resume_on_as_many_ranks_names_each_shard_in_progress_with_the_rank_that_had_it() -> None:
+    """The state of a resumed epoch keeps the owner its state named for a shard in progress
+    (so that the next resume gives it back to that rank), not the one the deal would pick."""
+    fresh = FastOrder(SHARDS, seed=7, world=2).start(0, None)
+    fresh.progress.record([(3, 0, 512, False)])
+    state = json.loads(json.dumps(fresh.state_dict()))
+    dealt = state["owners"]["3"]
+    state["owners"]["3"] = 1 - dealt  # as if the other rank had read it
+    resumed = FastOrder(SHARDS, seed=7, world=2).start(0, state)
+    assert resumed.state_dict()["owners"] == {"3": 1 - dealt}
