@@ -156,3 +156,21 @@ def test_resumed_stream_is_taken_as_plain_tar() -> None:
     start = list(iter_tar(io.BytesIO(raw)))[1].offset
     rest = list(iter_tar(io.BytesIO(raw[start:]), start_offset=start))
     assert [m.name for m in rest] == [name for name, _ in MIXED[1:]]
+
+
+def test_a_bad_member_in_a_compressed_shard_is_named_as_in_a_plain_one() -> None:
+    """The error of a compressed shard says so and keeps what the plain shard's names: the
+    member at fault (by which a skip decides the sample it gives up) and the offset (here a
+    member's size field that is not a number)."""
+    raw = bytearray(make_tar(NOISE))
+    second = list(iter_tar(io.BytesIO(bytes(raw)), url=URL))[1].offset
+    raw[second + 124:second + 136] = b"garbage!".ljust(12, b"\0")  # its size, not octal
+    raw[second + 148:second + 156] = b" " * 8
+    raw[second + 148:second + 156] = b"%06o\0 " % sum(raw[second:second + 512])
+    with pytest.raises(ShardFormatError) as plain:
+        members(bytes(raw))
+    with pytest.raises(ShardFormatError) as packed:
+        members(COMPRESSORS["gzip"](bytes(raw)))
+    assert plain.value.member is not None
+    assert (packed.value.member, packed.value.offset) == (plain.value.member, plain.value.offset)
+    assert "gzip-compressed" in str(packed.value)

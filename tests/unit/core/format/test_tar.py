@@ -709,3 +709,11 @@ def test_a_pax_size_applies_to_the_next_file_not_to_a_long_name_record_between()
            + pad(longname + b"\x00")
            + raw_header(b"short.cls", b"%011o" % 5) + pad(b"12345") + bytes(1024))
     assert names_and_data(read_all(raw)) == [(longname.decode(), b"12345")]
+
+
+def test_a_pax_record_value_may_hold_an_equals_sign() -> None:
+    """A pax record is ``key=value`` split at the first ``=``: a path holding one is kept."""
+    name = "été=2024/s001.jpg"
+    raw = make_tar([(name, b"data")], tarfile.PAX_FORMAT)
+    assert b"path=" + name.encode() in raw  # the name went through a pax record
+    assert names_and_data(read_all(raw)) == [(name, b"data")]
