@@ -717,3 +717,13 @@ def test_a_pax_record_value_may_hold_an_equals_sign() -> None:
     raw = make_tar([(name, b"data")], tarfile.PAX_FORMAT)
     assert b"path=" + name.encode() in raw  # the name went through a pax record
     assert names_and_data(read_all(raw)) == [(name, b"data")]
+
+
+def test_a_pax_header_before_a_record_of_an_unknown_type_is_spent_on_it() -> None:
+    """A pax header applies to the record right after it: when that record is of a type aisio
+    skips (``V``, a volume label, here), the file after it keeps its own name."""
+    record = b"20 path=renamed.jpg\n"
+    raw = (raw_header(b"././@PaxHeader", b"%011o" % len(record), b"x") + pad(record)
+           + raw_header(b"label", b"%011o" % 0, b"V")
+           + raw_header(b"s.cls", b"%011o" % 1) + pad(b"7") + bytes(1024))
+    assert names_and_data(read_all(raw)) == [("s.cls", b"7")]
