@@ -34,6 +34,7 @@ from aisio.core.epochs.progress import (
     check_state,
     epoch_tasks,
     merge_states,
+    shard_list_id,
     state_size,
 )
 from aisio.core.faults.errors import StateMismatchError
@@ -777,3 +778,10 @@ def test_runs_after_a_shards_last_sample_or_over_delivered_ones_record_as_per_sa
                    [run(3, 9, 1, last=True), run(3, 6, 4, last=True)]):
         per_sample, compact = record_both(repeat, None, shards)
         assert per_sample == compact
+
+
+def test_a_shard_lists_id_is_what_saved_checkpoints_hold() -> None:
+    """Checkpoints hold the id of their shard list, and a resume compares it: the id of a list
+    is fixed across versions (16 hex digits of the SHA-256 of its URLs, one a line)."""
+    refs = [ObjectRef(parse_ais_url(f"ais://b/s-{i}.tar")) for i in range(3)]
+    assert shard_list_id(refs) == "6ab16e4ca50efeb1"
