@@ -98,13 +98,14 @@ def main() -> int:
     if todo:
         run(todo, args.budget - (time.monotonic() - start), args.examples, args.workers)
     records = read_records()
+    ran = set(todo)
     failed = [name for name, (_, code) in all_mutants(records).items()
-              if code == 255 and name in set(todo)]
+              if code == 255 and name in ran]
     if failed:
         print(f"{len(failed)} mutants got no verdict: mutmut could not run their tests (exit "
               "255; e.g. pytest refused a test id it cannot select again, see "
               f"tests/unit/conftest.py); they stay to do. The first: {failed[0]}")
-    finished = save_kept(records, kept, set(todo), dict.fromkeys(messages, MESSAGE))
+    finished = save_kept(records, kept, ran, dict.fromkeys(messages, MESSAGE))
     left = total - sum(len(entry["codes"]) for entry in kept.values())
     print(f"{finished} of the {len(todo)} run have a result; {left} of {total} have none yet "
           f"({time.monotonic() - start:.0f} s)")
@@ -227,7 +228,7 @@ CODE = {"killed": 1, "survived": 0, "no tests": 33, "timeout": 36, "skipped": 34
 
 #: "no tests" is a fact about the tests, not the mutant: it is asked again every run (mutmut
 #: answers it at once, from its record of which tests reach which functions)
-NO_TESTS = (5, 33)
+NO_TESTS = tuple(code for code, status in STATUS.items() if status == "no tests")
 
 
 def load_kept() -> dict[str, Any]:
