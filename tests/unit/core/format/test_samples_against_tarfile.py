@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from aisio.core.faults.errors import AISIOError
 from aisio.core.format.samples import group_samples, group_samples_with_end, iter_samples
 from aisio.core.format.tar import iter_tar
+from tests.unit.core.format.test_runs import _add
 
 URL = "ais://bucket/shard-000.tar"
 
@@ -285,19 +286,14 @@ def test_a_pax_header_whose_size_field_has_no_nul_is_left_to_the_general_reader(
     writers do) and whose first record is an mtime: the fast path, which reads a size of 11
     digits, must not take it for an mtime-only header and skip the records after it (here a
     ``path`` that renames the member)."""
+    # 104 bytes of records (0o150): 11 digits read "0o15", the first record's length, 13
+    pax = {"mtime": "123", "comment": "c" * 62, "path": "s005.txt"}
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for i in range(12):
             for suffix in ("jpg", "cls"):
-                info = tarfile.TarInfo(f"s{i:03d}.{suffix}")
-                info.mtime = 123
-                if (i, suffix) == (5, "cls"):
-                    # 104 bytes of records (0o150): 11 digits read "0o15", the first's 13
-                    info.pax_headers = {"mtime": "123", "comment": "c" * 62,
-                                        "path": "s005.txt"}
-                data = bytes([i]) * 300
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
+                _add(tar, f"s{i:03d}.{suffix}", bytes([i]) * 300, mtime=123,
+                     pax=pax if (i, suffix) == (5, "cls") else None)
     raw = bytearray(out.getvalue())
     at = raw.index(b"././@PaxHeader")
     size = int(raw[at + 124:at + 136].rstrip(b"\0"), 8)
